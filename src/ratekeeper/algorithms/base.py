@@ -1,0 +1,159 @@
+"""What every algorithm provides, and the plan it precomputes for a rule's limits.
+
+An algorithm is a set of pure functions over integer microseconds: no I/O, no clock, no
+locks. ``decide(plan, state, now, cost, max_wait, lease_id)`` returns the new state and
+the ``Decision``; the state it is given is never mutated, so the same call with the same
+input always gives the same answer. ``None`` is the state of a key that was never used
+(or is whole again). These functions are the reference that every store must equal,
+decision by decision, and the engine of the memory store.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ratekeeper.decision import INFINITE
+from ratekeeper.errors import InvalidLimit, InvalidRequest
+
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+    from ratekeeper.limit import Limit
+
+__all__ = ["UNBOUNDED_WAIT", "Algorithm", "Decider", "Plan", "State", "ceil_div", "later"]
+
+State = Any
+"""An algorithm's private state for one key: ints and tuples of ints (floats only where
+the algorithm is approximate), never mutated in place."""
+
+Decider = Callable[[State, int, int, "int | None", "str | None"], "tuple[State, Decision]"]
+
+UNBOUNDED_WAIT = 1 << 62
+"""``max_wait`` meaning "wait as long as it takes" (``acquire`` without a timeout)."""
+
+MAX_EXACT = 1 << 53
+"""Largest integer that Lua numbers and doubles hold exactly: the bound for the scaled
+arithmetic of the bucket algorithms, so every store can repeat it bit for bit."""
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for integers with ``b > 0``."""
+    return -(-a // b)
+
+
+def later(a: int, b: int) -> bool:
+    """Whether retry time ``a`` is later than ``b`` (``INFINITE`` is latest)."""
+    if a == INFINITE:
+        return b != INFINITE
+    return b != INFINITE and a > b
+
+
+class Plan:
+    """What an algorithm precomputes for one rule's limits: reused by every decision."""
+
+    __slots__ = ("algorithm", "decide", "limits", "name", "specs", "table")
+
+    def __init__(self, algorithm: Algorithm, name: str, limits: tuple[Limit, ...], specs: tuple[Any, ...]) -> None:
+        self.algorithm = algorithm
+        self.name = name
+        self.limits = limits
+        self.specs = specs
+        # Where a store keeps this rule's state: the shape of the state depends on the
+        # algorithm and on how many limits there are (a quota may change either).
+        self.table = f"{name}\x1f{algorithm.name}\x1f{len(limits)}"
+        self.decide: Decider = algorithm.compile(self)
+
+    def __repr__(self) -> str:
+        return f"Plan({self.algorithm.name}, {self.name!r}, {[str(x) for x in self.limits]})"
+
+
+class Algorithm(ABC):
+    """One rate-limiting algorithm as pure functions over integer microseconds.
+
+    An implementation guarantees: ``decide`` never mutates ``state``; a refused request
+    returns a state that decides exactly as the input would (nothing charged); every
+    limit of the plan is charged or none; ``retry_us`` is the earliest time at which
+    the same cost would be admitted if nothing else happened (``INFINITE`` when it
+    never can); ``reset_us`` per limit is the time until that limit is whole.
+    """
+
+    name: ClassVar[str]
+    reserves: ClassVar[bool] = False
+    """Whether ``acquire`` can reserve a future slot (``max_wait`` > 0) in one call."""
+    uses_burst: ClassVar[bool] = False
+    uses_leases: ClassVar[bool] = False
+
+    def plan(self, name: str, limits: tuple[Limit, ...]) -> Plan:
+        if not self.uses_burst:
+            for limit in limits:
+                if limit.burst is not None:
+                    raise InvalidLimit(
+                        f"rule {name!r}: burst applies to token_bucket, gcra and leaky_bucket, "
+                        f"not to {self.name}; remove burst from {limit}"
+                    )
+        return Plan(self, name, limits, tuple(self.spec(name, limit) for limit in limits))
+
+    @abstractmethod
+    def spec(self, name: str, limit: Limit) -> Any:
+        """The numbers one limit needs, precomputed."""
+
+    @abstractmethod
+    def decide(
+        self,
+        plan: Plan,
+        state: State,
+        now: int,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+    ) -> tuple[State, Decision]:
+        """Decide whether ``cost`` is admitted at ``now`` (µs); return (new state, decision)."""
+
+    @abstractmethod
+    def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
+        """Give back ``cost`` charged earlier (never more than was charged and is still counted)."""
+
+    def compile(self, plan: Plan) -> Decider:
+        """A function deciding for this plan: ``(state, now, cost, max_wait, lease_id)``.
+
+        The default calls ``decide``; an algorithm may return a specialised function
+        (one limit, constants bound) that must decide exactly as ``decide`` does: the
+        property tests compare the two on random traces.
+        """
+        decide = self.decide
+
+        def decider(state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None) -> tuple[State, Decision]:
+            return decide(plan, state, now, cost, max_wait, lease_id)
+
+        return decider
+
+    def whole_after(self, decision: Decision) -> int:
+        """Microseconds after the decision at which the key's state is whole again."""
+        return max(decision[7])
+
+
+def rational_spec(name: str, limit: Limit) -> tuple[int, int, int]:
+    """``(n, d, capacity)`` with ``n/d`` µs per unit of cost, reduced, for the bucket algorithms.
+
+    Checked so that ``capacity * n`` stays below 2**53: every store then repeats the
+    arithmetic exactly (Lua numbers are doubles).
+    """
+    from math import gcd
+
+    g = gcd(limit.period_us, limit.count)
+    n, d = limit.period_us // g, limit.count // g
+    cap = limit.capacity
+    if cap * n >= MAX_EXACT or d >= MAX_EXACT // 4:
+        raise InvalidLimit(
+            f"rule {name!r}: limit {limit} is too fine for exact arithmetic "
+            f"(capacity x period / count must stay below 2**53 microseconds); "
+            f"use a rounder count, a shorter period or a smaller burst"
+        )
+    return n, d, cap
+
+
+def check_cost(cost: object) -> int:
+    if type(cost) is not int or cost < 0:
+        raise InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
+    return cost

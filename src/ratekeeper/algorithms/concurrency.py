@@ -1,0 +1,115 @@
+"""Concurrency: at most ``count`` leases in flight; a lease expires after ``period``.
+
+State: ``(lease_id_0, acquired_0, cost_0, ...)`` in the order acquired. A lease counts
+for a limit until ``acquired + period``, so the leases of a crashed holder free
+themselves. ``refund`` with the lease id releases it early (``Lease.release``).
+``retry_us`` is when enough leases expire at the latest; a release can free them sooner.
+"""
+
+from __future__ import annotations
+
+from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.errors import InvalidRequest
+from ratekeeper.limit import Limit
+
+__all__ = ["Concurrency"]
+
+_make = Decision.make
+
+
+class Concurrency(Algorithm):
+    name = "concurrency"
+    uses_leases = True
+
+    def spec(self, name: str, limit: Limit) -> tuple[int, int]:
+        return limit.count, limit.period_us
+
+    @staticmethod
+    def _live(plan: Plan, state: State, now: int) -> tuple[object, ...]:
+        if not state:
+            return ()
+        horizon = now - max(p for _, p in plan.specs)
+        k = 0
+        n = len(state)
+        while k < n and state[k + 1] <= horizon:
+            k += 3
+        return state if k == 0 else state[k:]
+
+    def decide(
+        self,
+        plan: Plan,
+        state: State,
+        now: int,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+    ) -> tuple[State, Decision]:
+        leases = self._live(plan, state, now)
+        n = len(leases)
+        useds: list[int] = []
+        denied = -1
+        retry = 0
+        for i, (limit, period) in enumerate(plan.specs):
+            cutoff = now - period
+            used = 0
+            first = n
+            for j in range(n - 3, -1, -3):
+                if leases[j + 1] <= cutoff:  # type: ignore[operator]
+                    break
+                used += leases[j + 2]  # type: ignore[operator]
+                first = j
+            useds.append(used)
+            if used + cost > limit:
+                if cost > limit:
+                    r = INFINITE
+                else:
+                    need = used + cost - limit
+                    k = first
+                    while True:
+                        need -= leases[k + 2]  # type: ignore[operator]
+                        if need <= 0:
+                            break
+                        k += 3
+                    r = leases[k + 1] + period - now  # type: ignore[operator]
+                if denied < 0 or later(r, retry):
+                    denied, retry = i, r
+        charged = 0
+        if denied < 0 and cost > 0:
+            if not lease_id:
+                raise InvalidRequest("a concurrency rule needs a lease id to admit a request")
+            leases = (*leases, lease_id, now, cost)
+            charged = cost
+        remaining: list[int] = []
+        resets: list[int] = []
+        newest = leases[-2] if leases else now
+        for (limit, period), used in zip(plan.specs, useds, strict=True):
+            total = used + charged
+            remaining.append(limit - total)
+            resets.append(newest + period - now if total > 0 else 0)  # type: ignore[operator]
+        decision = _make(
+            plan.name,
+            plan.limits,
+            denied < 0,
+            denied,
+            retry,
+            0,
+            tuple(remaining),
+            tuple(resets),
+            lease_id if charged else None,
+        )
+        return (leases or None), decision
+
+    def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
+        """Release the lease ``lease_id`` (``cost`` is ignored: a lease is released whole)."""
+        if lease_id is None:
+            raise InvalidRequest("releasing a concurrency lease needs its lease_id")
+        leases = self._live(plan, state, now)
+        for j in range(0, len(leases), 3):
+            if leases[j] == lease_id:
+                return (leases[:j] + leases[j + 3 :]) or None
+        return leases or None
+
+    @staticmethod
+    def holds(state: State, lease_id: str) -> bool:
+        return bool(state) and lease_id in state[0::3]

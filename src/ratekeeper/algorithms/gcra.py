@@ -1,0 +1,123 @@
+"""GCRA, the generic cell rate algorithm: one theoretical arrival time per limit.
+
+Exact integer arithmetic: with ``n/d`` the reduced microseconds per unit of cost, times
+are kept in units of ``1/d`` µs. A request of cost ``c`` moves the theoretical arrival
+time ``tat`` to ``max(tat, now) + c*n`` and conforms when that is at most
+``tau = burst*n`` past ``now``. State: the ``tat`` (an int) for a one-limit rule, a tuple
+of them otherwise. Decides exactly as the token bucket with the same limits (the two are
+the same meter), in one number.
+"""
+
+from __future__ import annotations
+
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, ceil_div, rational_spec
+from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.limit import Limit
+
+__all__ = ["Gcra"]
+
+_make = Decision.make
+_new = tuple.__new__
+
+
+class Gcra(Algorithm):
+    name = "gcra"
+    reserves = True
+    uses_burst = True
+
+    def spec(self, name: str, limit: Limit) -> tuple[int, int, int, int]:
+        n, d, cap = rational_spec(name, limit)
+        return n, d, cap, cap * n
+
+    def decide(
+        self,
+        plan: Plan,
+        state: State,
+        now: int,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+    ) -> tuple[State, Decision]:
+        specs = plan.specs
+        single = len(specs) == 1
+        tats: list[int] = []
+        denied = -1
+        wait = 0
+        infinite = False
+        for i, (n, d, cap, tau) in enumerate(specs):
+            nd = now * d
+            tat = nd if state is None else (state if single else state[i])
+            if tat < nd:
+                tat = nd
+            tats.append(tat)
+            if cost > cap:
+                if not infinite:
+                    infinite, denied = True, i
+                continue
+            over = tat + cost * n - nd - tau
+            if over > 0:
+                w = ceil_div(over, d)
+                if w > wait:
+                    wait = w
+                    if not infinite:
+                        denied = i
+        allowed = not infinite and wait <= (max_wait or 0)
+        if allowed:
+            tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
+        remaining: list[int] = []
+        resets: list[int] = []
+        for tat, (n, d, _, tau) in zip(tats, specs, strict=True):
+            ahead = tat - now * d
+            remaining.append(max(0, (tau - ahead) // n))
+            resets.append(ceil_div(ahead, d))
+        if allowed:
+            decision = _make(plan.name, plan.limits, True, -1, 0, wait, tuple(remaining), tuple(resets))
+            return (tats[0] if single else tuple(tats)), decision
+        retry = INFINITE if infinite else wait
+        return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same arithmetic as ``decide`` with the constants bound."""
+        if len(plan.specs) != 1 or type(self) is not Gcra:
+            return super().compile(plan)
+        ((n, d, cap, tau),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            nd = now * d
+            tat = nd if state is None or state < nd else state
+            new = tat + cost * n
+            over = new - nd - tau
+            if cost > cap:
+                ahead = tat - nd
+                remaining = (tau - ahead) // n
+                return state, _new(
+                    Decision,
+                    (name, limits, False, 0, INFINITE, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None),
+                )
+            if over <= 0:
+                ahead = new - nd
+                return new, _new(Decision, (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None))
+            wait = -(-over // d)
+            if max_wait is not None and wait <= max_wait:
+                ahead = new - nd
+                return new, _new(Decision, (name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None))
+            ahead = tat - nd
+            remaining = (tau - ahead) // n
+            return state, _new(
+                Decision, (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None)
+            )
+
+        return decide_one
+
+    def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
+        if state is None:
+            return None
+        single = len(plan.specs) == 1
+        new: list[int] = []
+        for i, (n, d, _, _) in enumerate(plan.specs):
+            tat = state if single else state[i]
+            new.append(max(now * d, tat - cost * n))
+        return new[0] if single else tuple(new)

@@ -1,0 +1,80 @@
+"""Leaky bucket as a queue: admits with a delay, for shaping outgoing calls.
+
+Requests join a queue that drains at ``count`` per ``period``; the queue holds at most
+``burst`` (default ``count``) units of cost. An admitted request gets ``delay``: the
+time until the requests ahead of it have drained, so admitted requests leave evenly
+spaced, never in a burst. A full queue refuses. State as GCRA: the time (in ``1/d``
+µs) at which the queue is empty, an int for one limit, a tuple for several.
+
+``max_wait`` bounds the delay the caller will accept (``acquire``'s timeout): a longer
+delay is refused with ``retry_us`` = that delay. ``try_acquire`` passes None: any delay
+that fits in the queue.
+"""
+
+from __future__ import annotations
+
+from ratekeeper.algorithms.base import Plan, State, ceil_div
+from ratekeeper.algorithms.gcra import Gcra
+from ratekeeper.decision import INFINITE, Decision
+
+__all__ = ["LeakyBucket"]
+
+_make = Decision.make
+
+
+class LeakyBucket(Gcra):
+    """Shares GCRA's state, spec and refund; differs in when a request may leave."""
+
+    name = "leaky_bucket"
+
+    def decide(
+        self,
+        plan: Plan,
+        state: State,
+        now: int,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+    ) -> tuple[State, Decision]:
+        specs = plan.specs
+        single = len(specs) == 1
+        tats: list[int] = []
+        denied = -1
+        retry = 0
+        delay = 0
+        slowest = 0
+        infinite = False
+        for i, (n, d, cap, tau) in enumerate(specs):
+            nd = now * d
+            tat = nd if state is None else (state if single else state[i])
+            if tat < nd:
+                tat = nd
+            tats.append(tat)
+            queued = ceil_div(tat - nd, d)
+            if queued > delay:
+                delay, slowest = queued, i
+            if cost > cap:
+                if not infinite:
+                    infinite, denied, retry = True, i, INFINITE
+                continue
+            over = tat + cost * n - nd - tau
+            if over > 0 and not infinite:
+                r = ceil_div(over, d)
+                if r > retry:
+                    denied, retry = i, r
+        if denied < 0 and max_wait is not None and delay > max_wait:
+            # The queue has room but the caller will not wait that long.
+            denied, retry = slowest, delay
+        allowed = denied < 0
+        if allowed:
+            tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
+        remaining: list[int] = []
+        resets: list[int] = []
+        for tat, (n, d, _, tau) in zip(tats, specs, strict=True):
+            ahead = tat - now * d
+            remaining.append(max(0, (tau - ahead) // n))
+            resets.append(ceil_div(ahead, d))
+        if allowed:
+            decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
+            return (tats[0] if single else tuple(tats)), decision
+        return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))

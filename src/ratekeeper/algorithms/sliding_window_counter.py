@@ -1,0 +1,108 @@
+"""Sliding window counter: the previous and the current window's counts, weighted.
+
+State: ``(window_0, previous_0, current_0, ...)``, one triple per limit. The estimate at
+``now`` is ``previous * ((period - elapsed) / period) + current``, with ``elapsed`` the
+time since the current window began; a request is admitted when the estimate plus its
+cost is at most the count. Approximate (it assumes the previous window's requests were
+spread evenly), two numbers per limit. The float operations are written in one order
+that every store repeats, so the decisions agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from math import ceil, floor
+
+from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.limit import Limit
+
+__all__ = ["SlidingWindowCounter"]
+
+_make = Decision.make
+
+
+def _estimate(prev: int, curr: int, elapsed: int, period: int) -> float:
+    return prev * ((period - elapsed) / period) + curr
+
+
+def _counts(state: State, i: int, window: int) -> tuple[int, int]:
+    if state is not None:
+        w = state[3 * i]
+        if w == window:
+            return state[3 * i + 1], state[3 * i + 2]
+        if w == window - 1:
+            return state[3 * i + 2], 0
+    return 0, 0
+
+
+def _first_admitting(prev: int, curr: int, start: int, period: int, cost: int, limit: int) -> int:
+    """The first µs ``t >= start`` (inside the window beginning at ``start``) where
+    ``_estimate(prev, curr, t - start) + cost <= limit``; the caller ensures one exists."""
+    if prev == 0:
+        return start
+    elapsed = max(0, ceil(period - (limit - curr - cost) * period / prev))
+    while elapsed < period and _estimate(prev, curr, elapsed, period) + cost > limit:
+        elapsed += 1
+    return start + elapsed
+
+
+class SlidingWindowCounter(Algorithm):
+    name = "sliding_window_counter"
+
+    def spec(self, name: str, limit: Limit) -> tuple[int, int]:
+        return limit.count, limit.period_us
+
+    def decide(
+        self,
+        plan: Plan,
+        state: State,
+        now: int,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+    ) -> tuple[State, Decision]:
+        specs = plan.specs
+        seen: list[tuple[int, int, int, float]] = []
+        denied = -1
+        retry = 0
+        for i, (limit, period) in enumerate(specs):
+            window = now // period
+            prev, curr = _counts(state, i, window)
+            start = window * period
+            estimate = _estimate(prev, curr, now - start, period)
+            if estimate + cost > limit:
+                if cost > limit:
+                    r = INFINITE
+                elif curr + cost <= limit:
+                    r = _first_admitting(prev, curr, start, period, cost, limit) - now
+                else:
+                    r = _first_admitting(curr, 0, start + period, period, cost, limit) - now
+                if denied < 0 or later(r, retry):
+                    denied, retry = i, r
+            seen.append((window, prev, curr, estimate))
+        charged = cost if denied < 0 else 0
+        remaining: list[int] = []
+        resets: list[int] = []
+        new: list[int] = []
+        for (limit, period), (window, prev, curr, estimate) in zip(specs, seen, strict=True):
+            remaining.append(max(0, floor(limit - (estimate + charged))))
+            curr += charged
+            if curr > 0:
+                resets.append((window + 2) * period - now)
+            elif prev > 0:
+                resets.append((window + 1) * period - now)
+            else:
+                resets.append(0)
+            new += (window, prev, curr)
+        decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
+        return (tuple(new) if charged else state), decision
+
+    def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
+        if state is None:
+            return None
+        new: list[int] = []
+        for i, (_, period) in enumerate(plan.specs):
+            window = now // period
+            prev, curr = _counts(state, i, window)
+            new += (window, prev, max(0, curr - cost))
+        return tuple(new)

@@ -1,0 +1,140 @@
+"""``AsyncLimiter``: the asyncio API; the same decisions and flows as ``Limiter``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ratekeeper.clock import Clock, SystemClock
+from ratekeeper.core import (
+    bad_call,
+    check,
+    check_timeout,
+    new_lease_id,
+    plan_for,
+    require_leases,
+    resolve_items,
+)
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.decorator import limit_decorator
+from ratekeeper.errors import InvalidRequest
+from ratekeeper.flows import Decide, Refund, acquire_flow, run_async
+from ratekeeper.lease import AsyncLease
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
+from ratekeeper.stores.url import open_store
+
+__all__ = ["AsyncLimiter"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class AsyncLimiter:
+    """The asyncio twin of ``Limiter``: every method that talks to the store is awaited.
+
+    ``async with AsyncLimiter("memory://") as limiter:`` closes the store on exit.
+    """
+
+    def __init__(self, store: str | Store | AsyncStore = "memory://", *, clock: Clock | None = None, **options: Any) -> None:
+        if clock is not None:
+            options["clock"] = clock
+        opened: Any = open_store(store, **options) if isinstance(store, str) else store
+        self.store: AsyncStore = opened if hasattr(opened, "aclose") else InProcessAsync(opened)
+        self.clock: Clock = getattr(self.store, "clock", None) or clock or SystemClock()
+
+    async def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits."""
+        if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
+            raise bad_call(rule, key, cost)
+        try:
+            plan = rule._plan if rule.quota is None else plan_for(rule, key)
+        except AttributeError:
+            raise bad_call(rule, key, cost) from None
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        return await self.store.decide(plan, key, cost, None, lease, now)
+
+    async def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """What ``try_acquire`` would answer, without charging anything."""
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        return await self.store.decide(plan, key, cost, None, lease, now, False)
+
+    async def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
+        """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
+
+        Cancelled while waiting on a reservation, it gives the reservation back.
+        """
+        check(rule, key, cost)
+        check_timeout(timeout)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
+        return await run_async(flow, self._decide, self._refund, self.clock)
+
+    async def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
+        """Charge several (rule, key[, cost]) at once: all of them, or none."""
+        resolved = resolve_items(items)
+        limited = [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
+        answers = iter(await self.store.decide_many(limited) if limited else ())
+        return BatchDecision(
+            tuple(next(answers) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+        )
+
+    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
+        """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is not None:
+            if plan.algorithm.uses_leases and lease_id is None:
+                raise InvalidRequest(f"rule {rule.name!r} holds leases: release one with release(rule, key, lease_id)")
+            await self.store.refund(plan, key, cost, lease_id)
+
+    async def release(self, rule: Rule, key: str, lease_id: str) -> None:
+        """Release a concurrency lease before it expires."""
+        require_leases(rule)
+        await self.refund(rule, key, 0, lease_id=lease_id)
+
+    async def reset(self, rule: Rule, key: str) -> None:
+        """Forget everything charged to ``key`` under ``rule``."""
+        check(rule, key, 0)
+        plan = plan_for(rule, key)
+        if plan is not None:
+            await self.store.reset(plan, key)
+
+    def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> AsyncLease:
+        """``async with limiter.lease(rule, key):`` holds a concurrency lease for the block."""
+        require_leases(rule)
+        return AsyncLease(self, rule, key, cost, timeout)
+
+    def limit(
+        self,
+        rule: Rule,
+        key: str | Callable[..., str] = "*",
+        *,
+        cost: int | Callable[..., int] = 1,
+        wait: float | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate an async function so each call is charged to ``rule``."""
+        return limit_decorator(self, rule, key, cost, wait, is_async_limiter=True)
+
+    async def _decide(self, op: Decide) -> Decision:
+        return await self.store.decide(op.plan, op.key, op.cost, op.max_wait, op.lease_id)
+
+    async def _refund(self, op: Refund) -> None:
+        await self.store.refund(op.plan, op.key, op.cost, op.lease_id)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+    async def __aenter__(self) -> AsyncLimiter:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

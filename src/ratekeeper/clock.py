@@ -1,0 +1,45 @@
+"""Clocks: where the memory store reads "now" and where ``acquire`` waits.
+
+Stores with a server use the server's clock; the memory store and every wait use a
+``Clock``. Tests inject ``ratekeeper.testing.FakeClock`` so no test sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A source of monotonic time in integer microseconds that can also wait.
+
+    An implementation guarantees that ``now_us`` never decreases and that after
+    ``sleep(s)`` (or ``await asleep(s)``) returns, ``now_us`` has advanced by at least
+    ``s`` seconds.
+    """
+
+    def now_us(self) -> int: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+    async def asleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The process's monotonic clock."""
+
+    __slots__ = ()
+
+    def now_us(self) -> int:
+        return time.monotonic_ns() // 1000
+
+    def sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            time.sleep(seconds)
+
+    async def asleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))

@@ -1,0 +1,90 @@
+"""What ``Limiter`` and ``AsyncLimiter`` share: argument checks and the choice of plan."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.errors import ConfigurationError, InvalidRequest
+from ratekeeper.quota import UNLIMITED
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+
+__all__ = ["bad_call", "check_timeout", "new_lease_id", "plan_for", "resolve_items"]
+
+_lease_prefix = os.urandom(6).hex()
+_lease_counter = count(1)
+
+
+def new_lease_id() -> str:
+    """A lease id unique across processes (random prefix) and within this one (counter)."""
+    return f"{_lease_prefix}-{next(_lease_counter)}"
+
+
+def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
+    """The error for a call whose arguments failed the fast checks: says which and why."""
+    if not isinstance(rule, Rule):
+        return InvalidRequest(f"expected a Rule, got {type(rule).__name__} {rule!r}")
+    if not isinstance(key, str):
+        return InvalidRequest(f"key must be a str, got {type(key).__name__} {key!r}")
+    if not key:
+        return InvalidRequest("key must not be empty; use a constant such as '*' for a global limit")
+    if len(key) > MAX_KEY_LENGTH:
+        return InvalidRequest(
+            f"key is {len(key)} characters long; the maximum is {MAX_KEY_LENGTH} (hash longer identifiers first)"
+        )
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        return InvalidRequest(f"cost must be a non-negative integer, got {type(cost).__name__} {cost!r}")
+    return InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
+
+
+def plan_for(rule: Rule, key: str) -> Plan | None:
+    """The plan that decides ``key`` under ``rule`` (None: the key is not limited)."""
+    if rule.quota is None:
+        return rule._plan
+    plan = rule.quota.plan_for(key, rule)
+    return None if plan is UNLIMITED else plan  # type: ignore[no-any-return]
+
+
+def check(rule: Any, key: Any, cost: Any) -> None:
+    if (
+        type(rule) is not Rule
+        or type(key) is not str
+        or not key
+        or len(key) > MAX_KEY_LENGTH
+        or type(cost) is not int
+        or cost < 0
+    ):
+        raise bad_call(rule, key, cost)
+
+
+def check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0):
+        raise InvalidRequest(f"timeout must be None (wait as long as it takes) or seconds >= 0, got {timeout!r}")
+
+
+def resolve_items(items: Iterable[Any]) -> list[tuple[Rule, str, int, Plan | None, str | None]]:
+    """Check the items of ``try_acquire_many``: ``(rule, key)`` or ``(rule, key, cost)``."""
+    resolved = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) not in (2, 3):
+            raise InvalidRequest(f"each item must be (rule, key) or (rule, key, cost), got {item!r}")
+        rule, key, cost = item if len(item) == 3 else (*item, 1)
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        lease = new_lease_id() if plan is not None and plan.algorithm.uses_leases else None
+        resolved.append((rule, key, cost, plan, lease))
+    if not resolved:
+        raise InvalidRequest("try_acquire_many needs at least one (rule, key) item")
+    return resolved
+
+
+def require_leases(rule: Rule) -> None:
+    if not rule.algo.uses_leases:
+        raise ConfigurationError(
+            f"rule {rule.name!r} uses {rule.algorithm}; leases need algorithm='concurrency'"
+        )

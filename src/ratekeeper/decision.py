@@ -1,0 +1,235 @@
+"""``Decision``: the answer to one request, with per-limit statistics."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ratekeeper.limit import Limit
+
+__all__ = ["INFINITE", "UNLIMITED_REMAINING", "BatchDecision", "Decision", "LimitStats"]
+
+INFINITE = -1
+"""``retry_us`` value meaning the cost can never be admitted (it exceeds a capacity)."""
+
+UNLIMITED_REMAINING = sys.maxsize
+"""``remaining`` of a key that no limit applies to."""
+
+_new = tuple.__new__
+
+
+@dataclass(frozen=True, slots=True)
+class LimitStats:
+    """The state of one limit of a rule after a decision."""
+
+    limit: Limit
+    remaining: int
+    reset_after: float
+    denied: bool
+
+
+class Decision(tuple[Any, ...]):
+    """Whether a request may proceed, and why.
+
+    Truthy when allowed. Durations are float seconds; the raw integer microseconds that
+    every store returns are kept too (``retry_us``, ``delay_us``, ``reset_us``), and two
+    decisions are equal when all of those are equal, which is what the conformance suite
+    compares.
+
+    - ``remaining``: what the tightest limit still admits.
+    - ``retry_after``: seconds until this cost could be admitted (0 when allowed, ``inf``
+      when the cost exceeds a limit's capacity).
+    - ``reset_after``: seconds until the tightest limit is whole again.
+    - ``delay``: seconds the caller must wait before proceeding even though it was
+      admitted (leaky-bucket queueing and reservations made by ``acquire``); usually 0.
+    - ``denied_by``: the ``Limit`` that refused, None when allowed.
+    - ``limits``: one ``LimitStats`` per limit, in the rule's order.
+    - ``lease_id``: for concurrency rules, the lease to release.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def make(
+        cls,
+        rule: str,
+        limits: tuple[Limit, ...],
+        allowed: bool,
+        denied_index: int,
+        retry_us: int,
+        delay_us: int,
+        remaining: tuple[int, ...],
+        reset_us: tuple[int, ...],
+        lease_id: str | None = None,
+    ) -> Decision:
+        return _new(cls, (rule, limits, allowed, denied_index, retry_us, delay_us, remaining, reset_us, lease_id))
+
+    @property
+    def rule(self) -> str:
+        return self[0]  # type: ignore[no-any-return]
+
+    @property
+    def rule_limits(self) -> tuple[Limit, ...]:
+        return self[1]  # type: ignore[no-any-return]
+
+    @property
+    def allowed(self) -> bool:
+        return self[2]  # type: ignore[no-any-return]
+
+    @property
+    def denied_index(self) -> int:
+        return self[3]  # type: ignore[no-any-return]
+
+    @property
+    def retry_us(self) -> int:
+        return self[4]  # type: ignore[no-any-return]
+
+    @property
+    def delay_us(self) -> int:
+        return self[5]  # type: ignore[no-any-return]
+
+    @property
+    def remaining_each(self) -> tuple[int, ...]:
+        return self[6]  # type: ignore[no-any-return]
+
+    @property
+    def reset_us(self) -> tuple[int, ...]:
+        return self[7]  # type: ignore[no-any-return]
+
+    @property
+    def lease_id(self) -> str | None:
+        return self[8]  # type: ignore[no-any-return]
+
+    def __bool__(self) -> bool:
+        return self[2]  # type: ignore[no-any-return]
+
+    def _tightest(self) -> int:
+        remaining: tuple[int, ...] = self[6]
+        resets: tuple[int, ...] = self[7]
+        if not remaining:
+            return -1
+        best = 0
+        for i in range(1, len(remaining)):
+            if remaining[i] < remaining[best] or (remaining[i] == remaining[best] and resets[i] > resets[best]):
+                best = i
+        return best
+
+    @property
+    def unlimited(self) -> bool:
+        """True for a key that no limit applies to (a quota provider exempted it)."""
+        return not self[1]
+
+    @property
+    def remaining(self) -> int:
+        return min(self[6], default=UNLIMITED_REMAINING)
+
+    @property
+    def retry_after(self) -> float:
+        us: int = self[4]
+        return math.inf if us == INFINITE else us / 1_000_000
+
+    @property
+    def reset_after(self) -> float:
+        i = self._tightest()
+        return 0.0 if i < 0 else self[7][i] / 1_000_000  # type: ignore[no-any-return]
+
+    @property
+    def delay(self) -> float:
+        return self[5] / 1_000_000  # type: ignore[no-any-return]
+
+    @property
+    def denied_by(self) -> Limit | None:
+        i: int = self[3]
+        return None if i < 0 else self[1][i]
+
+    @property
+    def limit(self) -> Limit | None:
+        """The limit to report in headers: the one that refused, else the tightest."""
+        i: int = self[3]
+        if i < 0:
+            i = self._tightest()
+        return None if i < 0 else self[1][i]
+
+    @property
+    def limits(self) -> tuple[LimitStats, ...]:
+        denied: int = self[3]
+        return tuple(
+            LimitStats(limit, self[6][i], self[7][i] / 1_000_000, i == denied) for i, limit in enumerate(self[1])
+        )
+
+    @classmethod
+    def unlimited_for(cls, rule: str) -> Decision:
+        """The decision for a key that no limit applies to."""
+        return cls.make(rule, (), True, -1, 0, 0, (), ())
+
+    def __repr__(self) -> str:
+        state = "allowed" if self[2] else f"denied by {self.denied_by}"
+        extra = f", delay={self.delay:.6f}" if self[5] else ""
+        lease = f", lease_id={self[8]!r}" if self[8] else ""
+        return (
+            f"<Decision {self[0]!r} {state}: remaining={self.remaining}, retry_after={self.retry_after:.6f}, "
+            f"reset_after={self.reset_after:.6f}{extra}{lease}>"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready view (``inf`` becomes None)."""
+        retry = self.retry_after
+        return {
+            "rule": self.rule,
+            "allowed": self.allowed,
+            "remaining": self.remaining,
+            "retry_after": None if math.isinf(retry) else retry,
+            "reset_after": self.reset_after,
+            "delay": self.delay,
+            "denied_by": None if self.denied_by is None else str(self.denied_by),
+            "limits": [
+                {"limit": str(s.limit), "remaining": s.remaining, "reset_after": s.reset_after, "denied": s.denied}
+                for s in self.limits
+            ],
+            **({"lease_id": self.lease_id} if self.lease_id else {}),
+        }
+
+
+class BatchDecision:
+    """The answer of ``try_acquire_many``: truthy only when every item was admitted.
+
+    When one item is refused nothing is charged; each entry still says whether its rule
+    alone would have admitted its cost.
+    """
+
+    __slots__ = ("decisions",)
+
+    def __init__(self, decisions: tuple[Decision, ...]) -> None:
+        self.decisions = decisions
+
+    @property
+    def allowed(self) -> bool:
+        return all(d[2] for d in self.decisions)
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+    @property
+    def denied(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d[2])
+
+    @property
+    def retry_after(self) -> float:
+        return max((d.retry_after for d in self.denied), default=0.0)
+
+    def __iter__(self) -> Iterator[Decision]:
+        return iter(self.decisions)
+
+    def __len__(self) -> int:
+        return len(self.decisions)
+
+    def __getitem__(self, index: int) -> Decision:
+        return self.decisions[index]
+
+    def __repr__(self) -> str:
+        return f"<BatchDecision allowed={self.allowed} {list(self.decisions)!r}>"

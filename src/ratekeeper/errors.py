@@ -1,0 +1,81 @@
+"""The one exception tree of ratekeeper.
+
+::
+
+    RateKeeperError
+    ├── ConfigurationError (also ValueError)   a rule, limit, URL or option is wrong
+    │   └── InvalidLimit                        a limit string or value cannot be used
+    ├── InvalidRequest (also ValueError)        a call's key or cost is wrong
+    ├── RateLimitExceeded                       acquire() / a decorator was refused
+    ├── LeaseError                              a lease is unknown or already released
+    └── StoreError                              the store failed (the cause is chained)
+        └── StoreTimeout                        the store did not answer in time
+
+Every error says what is wrong and what would be right. Store errors are translated at
+the store boundary to the most specific of these and chained with ``from exc``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+
+__all__ = [
+    "ConfigurationError",
+    "InvalidLimit",
+    "InvalidRequest",
+    "LeaseError",
+    "RateKeeperError",
+    "RateLimitExceeded",
+    "StoreError",
+    "StoreTimeout",
+]
+
+
+class RateKeeperError(Exception):
+    """Base of every exception ratekeeper raises on purpose."""
+
+
+class ConfigurationError(RateKeeperError, ValueError):
+    """A rule, limit, store URL or option cannot be used as given."""
+
+
+class InvalidLimit(ConfigurationError):
+    """A limit string or value is malformed or out of range."""
+
+
+class InvalidRequest(RateKeeperError, ValueError):
+    """A call's arguments (key, cost, timeout) are not acceptable."""
+
+
+class LeaseError(RateKeeperError):
+    """A concurrency lease is unknown, expired or already released."""
+
+
+class StoreError(RateKeeperError):
+    """The store could not decide (connection lost, script error, ...)."""
+
+
+class StoreTimeout(StoreError):
+    """The store did not answer within the configured timeout."""
+
+
+class RateLimitExceeded(RateKeeperError):
+    """Raised by ``acquire`` and the decorators when a request is refused.
+
+    ``decision`` holds the refusal (``retry_after``, ``denied_by``, per-limit stats).
+    """
+
+    def __init__(self, decision: Decision, message: str | None = None) -> None:
+        self.decision = decision
+        if message is None:
+            limit = decision.denied_by
+            what = f"limit {limit}" if limit is not None else "limit"
+            message = f"rate limited by {what} of rule {decision.rule!r}; retry after {decision.retry_after:.3f}s"
+        super().__init__(message)
+
+    @property
+    def retry_after(self) -> float:
+        return self.decision.retry_after

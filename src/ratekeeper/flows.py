@@ -1,0 +1,142 @@
+"""The waiting logic of ``acquire`` and ``lease``, written once, run by sync and async shells.
+
+A flow is a generator that yields operations (``Decide``, ``Refund``, ``Sleep``) and
+receives their results; ``run_sync`` and ``run_async`` execute them against a store and
+a clock. The flow decides what to do; the shells only do it (the psycopg pattern).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Awaitable, Callable, Generator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ratekeeper.algorithms.base import UNBOUNDED_WAIT
+from ratekeeper.errors import RateLimitExceeded
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.clock import Clock
+    from ratekeeper.decision import Decision
+
+__all__ = ["Decide", "Flow", "Refund", "Sleep", "acquire_flow", "run_async", "run_sync"]
+
+T = TypeVar("T")
+
+POLL_FIRST = 0.001
+POLL_MAX = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    plan: Plan
+    key: str
+    cost: int
+    max_wait: int | None
+    lease_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refund:
+    plan: Plan
+    key: str
+    cost: int
+    lease_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    seconds: float
+
+
+Op = Decide | Refund | Sleep
+Flow = Generator[Op, Any, T]
+
+
+def acquire_flow(plan: Plan, key: str, cost: int, timeout: float | None, clock: Clock, lease_id: str | None) -> Flow[Decision]:
+    """Admit ``cost`` within ``timeout`` seconds (None: as long as it takes), or raise.
+
+    Token bucket, GCRA and leaky bucket reserve their slot in one store call and sleep
+    until it (first come, first served across every process); a reservation the caller
+    would not wait for is never made. Other algorithms sleep until ``retry_after`` (or
+    poll with backoff, for leases that can be released early) and ask again. Interrupted
+    while sleeping on a reservation, the flow gives the reservation back.
+    """
+    algorithm = plan.algorithm
+    start = clock.now_us()
+    deadline = None if timeout is None else start + round(timeout * 1_000_000)
+    poll = POLL_FIRST
+    while True:
+        left = UNBOUNDED_WAIT if deadline is None else max(0, deadline - clock.now_us())
+        decision: Decision = yield Decide(plan, key, cost, left if algorithm.reserves else None, lease_id)
+        if decision.allowed:
+            if decision.delay_us > 0:
+                try:
+                    yield Sleep(decision.delay)
+                except BaseException:
+                    yield Refund(plan, key, cost, lease_id)
+                    raise
+            return decision
+        retry = decision.retry_after
+        if math.isinf(retry):
+            raise RateLimitExceeded(decision)
+        if algorithm.uses_leases:
+            retry = min(retry, poll)
+            poll = min(poll * 2, POLL_MAX)
+        if deadline is not None and clock.now_us() + round(retry * 1_000_000) > deadline:
+            raise RateLimitExceeded(decision, f"{_why(decision)}; not admitted within the timeout of {timeout}s")
+        yield Sleep(retry)
+
+
+def _why(decision: Decision) -> str:
+    return f"rate limited by {decision.denied_by} of rule {decision.rule!r}"
+
+
+def run_sync(flow: Flow[T], decide: Callable[[Decide], Decision], refund: Callable[[Refund], None], clock: Clock) -> T:
+    """Drive a flow with blocking calls."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = flow.throw(error) if error is not None else flow.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        result = None
+        try:
+            if isinstance(op, Decide):
+                result = decide(op)
+            elif isinstance(op, Refund):
+                refund(op)
+            else:
+                clock.sleep(op.seconds)
+        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
+            error = exc
+
+
+async def run_async(
+    flow: Flow[T],
+    decide: Callable[[Decide], Awaitable[Decision]],
+    refund: Callable[[Refund], Awaitable[None]],
+    clock: Clock,
+) -> T:
+    """Drive a flow on the event loop; cancellation is handed to the flow."""
+    result: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            op = flow.throw(error) if error is not None else flow.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        result = None
+        try:
+            if isinstance(op, Decide):
+                result = await decide(op)
+            elif isinstance(op, Refund):
+                await refund(op)
+            else:
+                await clock.asleep(op.seconds)
+        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
+            error = exc

@@ -1,0 +1,162 @@
+"""``Limiter``: the blocking API."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from ratekeeper.clock import Clock
+from ratekeeper.core import (
+    bad_call,
+    check,
+    check_timeout,
+    new_lease_id,
+    plan_for,
+    require_leases,
+    resolve_items,
+)
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.decorator import limit_decorator
+from ratekeeper.errors import InvalidRequest
+from ratekeeper.flows import Decide, Refund, acquire_flow, run_sync
+from ratekeeper.lease import Lease
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.stores.base import Store
+from ratekeeper.stores.url import open_store
+
+__all__ = ["Limiter"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Limiter:
+    """Decides, for a rule, a key and a cost, whether a request may proceed.
+
+    ``Limiter("memory://")`` (the default) keeps state in this process;
+    ``Limiter(store)`` accepts any ``Store``. ``clock`` replaces the monotonic clock of
+    the memory store and of every wait (``ratekeeper.testing.FakeClock`` in tests).
+    """
+
+    def __init__(self, store: str | Store = "memory://", *, clock: Clock | None = None, **options: Any) -> None:
+        if clock is not None:
+            options["clock"] = clock
+        self.store: Store = open_store(store, **options)
+        self.clock: Clock = getattr(self.store, "clock", None) or clock or _system_clock()
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits.
+
+        ``now`` (µs on the store's clock) is for tests and the conformance suite.
+        """
+        if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
+            raise bad_call(rule, key, cost)
+        try:
+            plan = rule._plan if rule.quota is None else plan_for(rule, key)
+        except AttributeError:
+            raise bad_call(rule, key, cost) from None
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        return self.store.decide(plan, key, cost, None, lease, now)
+
+    def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """What ``try_acquire`` would answer, without charging anything."""
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        return self.store.decide(plan, key, cost, None, lease, now, False)
+
+    def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
+        """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
+
+        Token bucket, GCRA and leaky bucket reserve the next free slot in one call and
+        sleep until it: first come, first served across every process sharing the store.
+        """
+        check(rule, key, cost)
+        check_timeout(timeout)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        return run_sync(acquire_flow(plan, key, cost, timeout, self.clock, lease), self._decide, self._refund, self.clock)
+
+    def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
+        """Charge several (rule, key[, cost]) at once: all of them, or none."""
+        resolved = resolve_items(items)
+        limited = [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
+        answers = iter(self.store.decide_many(limited) if limited else ())
+        return BatchDecision(
+            tuple(next(answers) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+        )
+
+    def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
+        """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is not None:
+            if plan.algorithm.uses_leases and lease_id is None:
+                raise InvalidRequest(f"rule {rule.name!r} holds leases: release one with release(rule, key, lease_id)")
+            self.store.refund(plan, key, cost, lease_id)
+
+    def release(self, rule: Rule, key: str, lease_id: str) -> None:
+        """Release a concurrency lease before it expires."""
+        require_leases(rule)
+        self.refund(rule, key, 0, lease_id=lease_id)
+
+    def reset(self, rule: Rule, key: str) -> None:
+        """Forget everything charged to ``key`` under ``rule``."""
+        check(rule, key, 0)
+        plan = plan_for(rule, key)
+        if plan is not None:
+            self.store.reset(plan, key)
+
+    # -- conveniences -------------------------------------------------------------------
+
+    def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> Lease:
+        """A context manager holding a concurrency lease: ``with limiter.lease(rule, key):``.
+
+        Waits up to ``timeout`` seconds for a free slot (0: do not wait), else raises
+        ``RateLimitExceeded``; the lease is released on exit.
+        """
+        require_leases(rule)
+        return Lease(self, rule, key, cost, timeout)
+
+    def limit(
+        self,
+        rule: Rule,
+        key: str | Callable[..., str] = "*",
+        *,
+        cost: int | Callable[..., int] = 1,
+        wait: float | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate a function so each call is charged to ``rule`` (sync and async functions).
+
+        ``key`` and ``cost`` are constants or callables given the call's arguments. A refused
+        call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
+        """
+        return limit_decorator(self, rule, key, cost, wait, is_async_limiter=False)
+
+    def _decide(self, op: Decide) -> Decision:
+        return self.store.decide(op.plan, op.key, op.cost, op.max_wait, op.lease_id)
+
+    def _refund(self, op: Refund) -> None:
+        self.store.refund(op.plan, op.key, op.cost, op.lease_id)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Limiter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _system_clock() -> Clock:
+    from ratekeeper.clock import SystemClock
+
+    return SystemClock()

@@ -1,0 +1,256 @@
+"""Dynamic quotas: each key's limits come from a provider (a billing system, a database).
+
+The provider is a sync or async callable ``key -> limits``; it answers a list of limit
+strings or ``Limit`` objects, or ``None`` for a key that is not limited at all (an admin
+key). A request never waits for it:
+
+- until the first answer for a key, the rule's own limits (the failsafe) apply;
+- answers are cached for ``ttl`` seconds; a stale answer keeps serving while one
+  background refresh runs;
+- when the provider fails (raises, times out, answers nonsense) the last good answer
+  stays, and the next try waits ``retry_after_error`` seconds;
+- the cache holds at most ``max_keys`` keys (least recently used dropped first) and at
+  most ``max_pending`` lookups run at once, so a flood of unknown ids costs bounded
+  memory and bounded load on the provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Union
+
+from ratekeeper.clock import Clock, SystemClock
+from ratekeeper.errors import ConfigurationError, RateKeeperError
+from ratekeeper.limit import Limit
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.rule import Rule
+
+__all__ = ["UNLIMITED", "Quota", "QuotaAnswer", "QuotaProvider"]
+
+log = logging.getLogger("ratekeeper.quota")
+
+QuotaAnswer = Union[Iterable[Union[str, Limit]], str, Limit, None]
+QuotaProvider = Callable[[str], Union[QuotaAnswer, Awaitable[QuotaAnswer]]]
+
+
+class _Unlimited:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNLIMITED"
+
+
+UNLIMITED: Any = _Unlimited()
+"""What ``Quota.limits_for`` returns for a key the provider exempts (it answered None)."""
+
+
+class _Entry:
+    __slots__ = ("expires", "limits", "retry_at")
+
+    def __init__(self, limits: Any, expires: float) -> None:
+        self.limits = limits
+        self.expires = expires
+        self.retry_at = 0.0
+
+
+class Quota:
+    """Per-key limits from ``provider``, cached, refreshed in the background.
+
+    Give it to a rule: ``Rule("api", ["100/minute"], quota=Quota(billing_lookup))``; the
+    rule's limits are the failsafe.
+    """
+
+    def __init__(
+        self,
+        provider: QuotaProvider,
+        *,
+        ttl: float = 60.0,
+        retry_after_error: float = 5.0,
+        max_keys: int = 100_000,
+        max_pending: int = 64,
+        workers: int = 4,
+        clock: Clock | None = None,
+    ) -> None:
+        if not callable(provider):
+            raise ConfigurationError(f"a quota provider must be callable (key -> limits), got {provider!r}")
+        for name, value in (("ttl", ttl), ("retry_after_error", retry_after_error)):
+            if not isinstance(value, int | float) or value <= 0:
+                raise ConfigurationError(f"Quota {name} must be a positive number of seconds, got {value!r}")
+        for name, value in (("max_keys", max_keys), ("max_pending", max_pending), ("workers", workers)):
+            if type(value) is not int or value < 1:
+                raise ConfigurationError(f"Quota {name} must be a positive integer, got {value!r}")
+        self.provider = provider
+        self.ttl = float(ttl)
+        self.retry_after_error = float(retry_after_error)
+        self.max_keys = max_keys
+        self.max_pending = max_pending
+        self._is_async = inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(
+            getattr(provider, "__call__", None)
+        )
+        self._clock = clock or SystemClock()
+        self._cache: OrderedDict[str, _Entry] = OrderedDict()
+        self._pending: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._workers = workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.errors = 0
+        self.fetches = 0
+        self.skipped = 0
+
+    # -- what the limiter asks ----------------------------------------------------------
+
+    def plan_for(self, key: str, rule: Rule) -> Plan | Any:
+        """The plan for ``key`` now (its limits under the rule's algorithm), or ``UNLIMITED``.
+
+        Never blocks: the rule's own plan (the failsafe) answers until the provider does.
+        """
+        now = self._clock.now_us() / 1_000_000
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is not None:
+                self._cache.move_to_end(key)
+                if now >= entry.expires and now >= entry.retry_at and key not in self._pending:
+                    self._start(key, rule)
+                return entry.limits if entry.limits is not None else rule.plan
+            if key not in self._pending:
+                self._start(key, rule)
+            return rule.plan
+
+    def cached(self, key: str) -> tuple[Limit, ...] | Any | None:
+        """The cached limits for ``key`` (``UNLIMITED``; None when none); for tests and tools."""
+        with self._lock:
+            entry = self._cache.get(key)
+            if entry is None or entry.limits is None:
+                return None
+            return UNLIMITED if entry.limits is UNLIMITED else entry.limits.limits
+
+    # -- fetching -----------------------------------------------------------------------
+
+    def _start(self, key: str, rule: Rule) -> None:
+        # Called with the lock held.
+        if len(self._pending) >= self.max_pending:
+            self.skipped += 1
+            return
+        self.fetches += 1
+        self._pending[key] = True
+        if self._is_async:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                loop = self._background_loop()
+                cf = asyncio.run_coroutine_threadsafe(self._fetch_async(key, rule), loop)
+                self._pending[key] = cf
+                return
+            self._pending[key] = loop.create_task(self._fetch_async(key, rule))
+        else:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="ratekeeper-quota")
+            future: Future[None] = self._executor.submit(self._fetch_sync, key, rule)
+            self._pending[key] = future
+
+    def _background_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            thread = threading.Thread(target=loop.run_forever, name="ratekeeper-quota-loop", daemon=True)
+            thread.start()
+            self._loop = loop
+        return self._loop
+
+    def _fetch_sync(self, key: str, rule: Rule) -> None:
+        try:
+            answer = self.provider(key)
+            if inspect.isawaitable(answer):
+                answer = asyncio.run(_await(answer))
+        except Exception as exc:  # noqa: BLE001 - any provider failure keeps the last answer
+            self._failed(key, exc)
+        else:
+            self._answered(key, answer, rule)
+
+    async def _fetch_async(self, key: str, rule: Rule) -> None:
+        try:
+            answer = self.provider(key)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except Exception as exc:  # noqa: BLE001 - any provider failure keeps the last answer
+            self._failed(key, exc)
+        else:
+            self._answered(key, answer, rule)
+
+    def _answered(self, key: str, answer: QuotaAnswer, rule: Rule) -> None:
+        try:
+            limits = _parse_answer(answer, rule)
+        except RateKeeperError as exc:
+            self._failed(key, exc)
+            return
+        now = self._clock.now_us() / 1_000_000
+        with self._lock:
+            self._pending.pop(key, None)
+            self._cache[key] = _Entry(limits, now + self.ttl)
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.max_keys:
+                self._cache.popitem(last=False)
+            self._idle.notify_all()
+
+    def _failed(self, key: str, exc: BaseException) -> None:
+        log.warning("quota provider failed for key %r: %s", key, exc)
+        now = self._clock.now_us() / 1_000_000
+        with self._lock:
+            self.errors += 1
+            self._pending.pop(key, None)
+            entry = self._cache.get(key)
+            if entry is None:
+                entry = self._cache[key] = _Entry(None, now)
+                while len(self._cache) > self.max_keys:
+                    self._cache.popitem(last=False)
+            entry.retry_at = now + self.retry_after_error
+            self._idle.notify_all()
+
+    # -- for tests and shutdown ---------------------------------------------------------
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until no lookup is running (True) or ``timeout`` passes (False)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: not self._pending, timeout)
+
+    async def drain(self) -> None:
+        """Wait (on the event loop) until no lookup started from it is running."""
+        while True:
+            with self._lock:
+                tasks = [t for t in self._pending.values() if isinstance(t, asyncio.Task)]
+                others = any(not isinstance(t, asyncio.Task) for t in self._pending.values())
+            if not tasks and not others:
+                return
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+            else:
+                await asyncio.sleep(0.001)
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+
+
+async def _await(answer: Awaitable[QuotaAnswer]) -> QuotaAnswer:
+    return await answer
+
+
+def _parse_answer(answer: QuotaAnswer, rule: Rule) -> Any:
+    if answer is None:
+        return UNLIMITED
+    items: list[Any] = [answer] if isinstance(answer, str | Limit) else list(answer)
+    if not items:
+        raise ConfigurationError(f"quota provider answered no limits for rule {rule.name!r}; answer None to exempt a key")
+    limits = tuple(Limit.parse(item, rule.burst) for item in items)
+    return rule.plan_for(limits)  # also checks the limits suit the rule's algorithm

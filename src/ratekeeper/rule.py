@@ -1,0 +1,100 @@
+"""``Rule``: a name, one or more limits, one algorithm."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.limit import Limit
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Algorithm, Plan
+    from ratekeeper.quota import Quota
+
+__all__ = ["DEFAULT_ALGORITHM", "MAX_KEY_LENGTH", "Rule"]
+
+DEFAULT_ALGORITHM = "gcra"
+MAX_KEY_LENGTH = 512
+"""The longest key (in characters) a call may pass; longer keys are refused."""
+
+
+class Rule:
+    """A named set of limits enforced together by one algorithm (an immutable value).
+
+    All limits of a rule are checked and charged as one transaction: either every limit
+    admits the cost and all are charged, or none is. ``burst`` gives every limit without a
+    burst of its own that burst (token bucket, GCRA and leaky bucket only). ``quota``
+    makes the limits per key, fetched from a provider; ``limits`` is then the failsafe
+    used until the provider's first answer.
+    """
+
+    __slots__ = ("_hash", "_plan", "algorithm", "burst", "limits", "name", "quota")
+
+    name: str
+    limits: tuple[Limit, ...]
+    algorithm: str
+    burst: int | None
+    quota: Quota | None
+    _plan: Plan
+    _hash: int
+
+    def __init__(
+        self,
+        name: str,
+        limits: Iterable[Limit | str] | str | Limit,
+        algorithm: str = DEFAULT_ALGORITHM,
+        *,
+        burst: int | None = None,
+        quota: Quota | None = None,
+    ) -> None:
+        from ratekeeper.algorithms import get_algorithm
+
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigurationError(f"a rule needs a non-empty name, got {name!r}")
+        items: list[Any] = [limits] if isinstance(limits, str | Limit) else list(limits)
+        if not items:
+            raise ConfigurationError(f"rule {name!r} has no limits; give at least one, e.g. limits=['20/minute']")
+        if burst is not None and (type(burst) is not int or burst < 1):
+            raise ConfigurationError(f"rule {name!r}: burst must be a positive integer, got {burst!r}")
+        parsed = tuple(Limit.parse(item, burst) for item in items)
+        algo = get_algorithm(algorithm)
+        set_ = object.__setattr__
+        set_(self, "name", name)
+        set_(self, "limits", parsed)
+        set_(self, "algorithm", algo.name)
+        set_(self, "burst", burst)
+        set_(self, "quota", quota)
+        set_(self, "_plan", algo.plan(name, parsed))
+        set_(self, "_hash", hash((name, parsed, algo.name)))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Rule is immutable; build a new Rule instead of setting {name!r}")
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Rule):
+            return NotImplemented
+        return (self.name, self.limits, self.algorithm) == (other.name, other.limits, other.algorithm)
+
+    @property
+    def algo(self) -> Algorithm:
+        return self._plan.algorithm
+
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    def plan_for(self, limits: tuple[Limit, ...]) -> Plan:
+        """The plan for other limits under this rule's algorithm (dynamic quotas)."""
+        if limits == self.limits:
+            return self._plan
+        return self._plan.algorithm.plan(self.name, limits)
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, limits={[str(x) for x in self.limits]!r}, algorithm={self.algorithm!r})"
+
+    def __str__(self) -> str:
+        return f"{self.name} [{', '.join(map(str, self.limits))}] ({self.algorithm})"

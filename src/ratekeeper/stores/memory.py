@@ -1,0 +1,224 @@
+"""The embedded store: a striped, bounded, self-expiring dict in this process.
+
+Keys hash to one of ``stripes`` stripes, each with its own lock, so threads deciding
+for different keys rarely wait on each other and no lock is global. Each stripe keeps
+two generations of keys (plain dicts): every decision writes its key into the young
+one; a key found only in the old one moves to the young one. When the young generation
+is full (``max_keys / (2 * stripes)`` keys) it becomes the old one and the previous old
+one is dropped whole: those are exactly the stripe's least recently used keys, so a
+flood of unique keys never holds more than ``max_keys`` per rule. Idle keys expire
+without a sweep: each generation remembers when its last key will be whole again, and
+at most once a second a generation whose keys are all whole is dropped. A key whose
+state is whole is not stored at all.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.clock import Clock, SystemClock
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.stores.base import Item
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.decision import Decision
+
+__all__ = ["MemoryStore"]
+
+_MISSING: Any = object()
+ROTATE_EVERY_US = 1_000_000
+
+
+class _Stripe:
+    __slots__ = ("capacity", "evicted", "lock", "next_expiry", "old", "old_whole", "young", "young_whole")
+
+    def __init__(self, capacity: int, now: int) -> None:
+        self.lock = threading.Lock()
+        self.capacity = capacity
+        self.young: dict[str, Any] = {}
+        self.old: dict[str, Any] = {}
+        self.young_whole = now
+        self.old_whole = now
+        self.next_expiry = now + ROTATE_EVERY_US
+        self.evicted = 0
+
+    def load(self, key: str) -> tuple[Any, bool]:
+        """The key's state (None when absent) and whether it sits in the old generation."""
+        state = self.young.get(key, _MISSING)
+        if state is _MISSING:
+            state = self.old.get(key) if self.old else None
+            return state, state is not None
+        return state, False
+
+
+
+    def store(self, key: str, state: Any, now: int, whole_at: int) -> None:
+        young = self.young
+        if whole_at <= now or state is None:
+            young.pop(key, None)
+            self.old.pop(key, None)
+            return
+        if whole_at > self.young_whole:
+            self.young_whole = whole_at
+        if key not in young:
+            if self.old:
+                self.old.pop(key, None)
+            young[key] = state
+            if len(young) >= self.capacity:
+                self.rotate(now, evict=True)
+        else:
+            young[key] = state
+
+    def maybe_expire(self, now: int) -> None:
+        if now >= self.old_whole:
+            self.rotate(now, evict=False)
+        else:
+            self.next_expiry = min(self.old_whole, now + ROTATE_EVERY_US)
+
+    def rotate(self, now: int, evict: bool) -> None:
+        if evict:
+            self.evicted += len(self.old)
+        self.old = self.young
+        self.old_whole = self.young_whole
+        self.young = {}
+        self.young_whole = now
+        self.next_expiry = now + ROTATE_EVERY_US
+
+
+class _Table:
+    __slots__ = ("mask", "stripes")
+
+    def __init__(self, stripes: int, capacity: int, now: int) -> None:
+        self.mask = stripes - 1
+        self.stripes = [_Stripe(capacity, now) for _ in range(stripes)]
+
+
+class MemoryStore:
+    """The in-process store (``memory://``).
+
+    ``max_keys`` bounds the keys kept per rule (least recently used evicted first);
+    ``stripes`` (a power of two) is the number of independent locks per rule; ``clock``
+    gives "now" in microseconds (``SystemClock``: the monotonic clock).
+    """
+
+    def __init__(self, max_keys: int = 1_000_000, stripes: int = 64, clock: Clock | None = None) -> None:
+        if type(max_keys) is not int or max_keys < 2:
+            raise ConfigurationError(f"max_keys must be an integer of at least 2, got {max_keys!r}")
+        if type(stripes) is not int or stripes < 1 or stripes & (stripes - 1):
+            raise ConfigurationError(f"stripes must be a power of two, got {stripes!r}")
+        while stripes > 1 and max_keys // (2 * stripes) < 1:
+            stripes //= 2
+        self.max_keys = max_keys
+        self.stripes = stripes
+        self._capacity = max(1, max_keys // (2 * stripes))
+        self.clock: Clock = clock or SystemClock()
+        self._now: Callable[[], int] = self.clock.now_us
+        self._tables: dict[str, _Table] = {}
+        self._tables_lock = threading.Lock()
+
+    # -- plumbing -----------------------------------------------------------------------
+
+    def _table(self, plan: Plan) -> _Table:
+        name = plan.table
+        table = self._tables.get(name)
+        if table is None:
+            with self._tables_lock:
+                table = self._tables.get(name)
+                if table is None:
+                    table = self._tables[name] = _Table(self.stripes, self._capacity, self._now())
+        return table
+
+    def _stripe(self, plan: Plan, key: str) -> _Stripe:
+        table = self._table(plan)
+        return table.stripes[hash(key) & table.mask]
+
+    # -- the Store role -----------------------------------------------------------------
+
+    def decide(
+        self,
+        plan: Plan,
+        key: str,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+        now: int | None = None,
+        commit: bool = True,
+    ) -> Decision:
+        table = self._tables.get(plan.table) or self._table(plan)
+        stripe = table.stripes[hash(key) & table.mask]
+        with stripe.lock:
+            if now is None:
+                now = self._now()
+            if now >= stripe.next_expiry:
+                stripe.maybe_expire(now)
+            state = stripe.young.get(key, _MISSING)
+            if state is _MISSING:
+                state, in_old = stripe.load(key)
+            else:
+                in_old = False
+            new, decision = plan.decide(state, now, cost, max_wait, lease_id)
+            if commit and (new is not state or in_old):
+                reset = decision[7]
+                stripe.store(key, new, now, now + (reset[0] if len(reset) == 1 else max(reset)))
+        return decision
+
+    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
+        stripes = [self._stripe(plan, key) for plan, key, _, _ in items]
+        ordered = sorted({id(s): s for s in stripes}.values(), key=id)
+        for s in ordered:
+            s.lock.acquire()
+        try:
+            if now is None:
+                now = self._now()
+            pending: dict[tuple[int, str], Any] = {}
+            results: list[tuple[Any, Decision]] = []
+            for (plan, key, cost, lease_id), stripe in zip(items, stripes, strict=True):
+                slot = (id(stripe), key)
+                state = pending[slot] if slot in pending else stripe.load(key)[0]
+                new, decision = plan.decide(state, now, cost, None, lease_id)
+                pending[slot] = new
+                results.append((new, decision))
+            if all(d[2] for _, d in results):
+                for (_, key, _, _), stripe, (new, decision) in zip(items, stripes, results, strict=True):
+                    stripe.store(key, new, now, now + max(decision[7]))
+            return tuple(d for _, d in results)
+        finally:
+            for s in reversed(ordered):
+                s.lock.release()
+
+    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
+        stripe = self._stripe(plan, key)
+        with stripe.lock:
+            if now is None:
+                now = self._now()
+            state, _ = stripe.load(key)
+            if state is None:
+                return
+            new = plan.algorithm.refund(plan, state, now, cost, lease_id)
+            # A refund only brings the state closer to whole; keep the old expiry bound.
+            _, check = plan.decide(new, now, 0, None, None)
+            stripe.store(key, new, now, now + max(check[7]))
+
+    def reset(self, plan: Plan, key: str) -> None:
+        stripe = self._stripe(plan, key)
+        with stripe.lock:
+            stripe.young.pop(key, None)
+            stripe.old.pop(key, None)
+
+    def close(self) -> None:
+        self._tables.clear()
+
+    # -- introspection ------------------------------------------------------------------
+
+    def key_count(self, rule: str | None = None) -> int:
+        """Keys held (for one rule, or all); whole keys are not held."""
+        tables = [t for n, t in self._tables.items() if rule is None or n.split("\x1f")[0] == rule]
+        return sum(len(s.young) + len(s.old) for t in tables for s in t.stripes)
+
+    @property
+    def evicted(self) -> int:
+        """Keys dropped by the ``max_keys`` bound (not by expiry) so far."""
+        return sum(s.evicted for t in self._tables.values() for s in t.stripes)

@@ -1,0 +1,49 @@
+"""Store URLs: ``memory://`` now; the server stores register their schemes here."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.stores.base import Store
+
+__all__ = ["SCHEMES", "open_store"]
+
+SCHEMES = ("memory",)
+_PLANNED = ("redis", "rediss", "valkey", "unix", "redis+sentinel", "redis+cluster", "postgresql", "postgres")
+
+
+def _int_option(name: str, value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"store option {name} must be an integer, got {value!r}") from None
+
+
+def open_store(url: str | Store, **options: Any) -> Store:
+    """Open the store that ``url`` names; keyword options override URL query options.
+
+    ``memory://?max_keys=100000&stripes=64``.
+    """
+    if not isinstance(url, str):
+        return url
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme == "memory":
+        from ratekeeper.stores.memory import MemoryStore
+
+        query: dict[str, Any] = dict(parse_qsl(parts.query))
+        query.update(options)
+        unknown = set(query) - {"max_keys", "stripes", "clock"}
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {sorted(unknown)} for memory://; accepted: max_keys, stripes, clock"
+            )
+        kwargs: dict[str, Any] = {k: _int_option(k, v) for k, v in query.items() if k != "clock"}
+        if "clock" in query:
+            kwargs["clock"] = query["clock"]
+        return MemoryStore(**kwargs)
+    if scheme in _PLANNED:
+        raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
+    raise ConfigurationError(f"unknown store URL {url!r}; expected memory:// (or a Store object)")
