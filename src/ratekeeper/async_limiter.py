@@ -35,7 +35,9 @@ class AsyncLimiter:
     ``async with AsyncLimiter("memory://") as limiter:`` closes the store on exit.
     """
 
-    def __init__(self, store: str | Store | AsyncStore = "memory://", *, clock: Clock | None = None, **options: Any) -> None:
+    def __init__(
+        self, store: str | Store | AsyncStore = "memory://", *, clock: Clock | None = None, **options: Any
+    ) -> None:
         if clock is not None:
             options["clock"] = clock
         opened: Any = open_store(store, **options) if isinstance(store, str) else store
@@ -84,7 +86,10 @@ class AsyncLimiter:
         limited = [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
         answers = iter(await self.store.decide_many(limited) if limited else ())
         return BatchDecision(
-            tuple(next(answers) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+            tuple(
+                next(answers) if plan is not None else Decision.unlimited_for(rule.name)
+                for rule, _, _, plan, _ in resolved
+            )
         )
 
     async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:

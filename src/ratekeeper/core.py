@@ -47,7 +47,7 @@ def plan_for(rule: Rule, key: str) -> Plan | None:
     if rule.quota is None:
         return rule._plan
     plan = rule.quota.plan_for(key, rule)
-    return None if plan is UNLIMITED else plan  # type: ignore[no-any-return]
+    return None if plan is UNLIMITED else plan
 
 
 def check(rule: Any, key: Any, cost: Any) -> None:
@@ -85,6 +85,4 @@ def resolve_items(items: Iterable[Any]) -> list[tuple[Rule, str, int, Plan | Non
 
 def require_leases(rule: Rule) -> None:
     if not rule.algo.uses_leases:
-        raise ConfigurationError(
-            f"rule {rule.name!r} uses {rule.algorithm}; leases need algorithm='concurrency'"
-        )
+        raise ConfigurationError(f"rule {rule.name!r} uses {rule.algorithm}; leases need algorithm='concurrency'")

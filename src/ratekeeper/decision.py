@@ -136,7 +136,8 @@ class Decision(tuple[Any, ...]):
     @property
     def reset_after(self) -> float:
         i = self._tightest()
-        return 0.0 if i < 0 else self[7][i] / 1_000_000  # type: ignore[no-any-return]
+        resets: tuple[int, ...] = self[7]
+        return 0.0 if i < 0 else resets[i] / 1_000_000
 
     @property
     def delay(self) -> float:

@@ -54,7 +54,9 @@ Op = Decide | Refund | Sleep
 Flow = Generator[Op, Any, T]
 
 
-def acquire_flow(plan: Plan, key: str, cost: int, timeout: float | None, clock: Clock, lease_id: str | None) -> Flow[Decision]:
+def acquire_flow(
+    plan: Plan, key: str, cost: int, timeout: float | None, clock: Clock, lease_id: str | None
+) -> Flow[Decision]:
     """Admit ``cost`` within ``timeout`` seconds (None: as long as it takes), or raise.
 
     Token bucket, GCRA and leaky bucket reserve their slot in one store call and sleep

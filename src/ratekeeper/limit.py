@@ -98,7 +98,9 @@ class Limit:
         if isinstance(text, Limit):
             return text if burst is None or text.burst is not None else cls.from_us(text.count, text.period_us, burst)
         if not isinstance(text, str):
-            raise InvalidLimit(f"a limit must be a string or a Limit, got {type(text).__name__}; accepted forms: {ACCEPTED_FORMS}")
+            raise InvalidLimit(
+                f"a limit must be a string or a Limit, got {type(text).__name__}; accepted forms: {ACCEPTED_FORMS}"
+            )
         m = _LIMIT_RE.match(text)
         if not m:
             raise InvalidLimit(f"cannot parse limit {text!r}; accepted forms: {ACCEPTED_FORMS}")
@@ -123,8 +125,15 @@ class Limit:
 
 
 def _format_period(us: int) -> str:
-    for unit, size in (("d", 86_400_000_000), ("h", 3_600_000_000), ("min", 60_000_000), ("s", 1_000_000), ("ms", 1_000)):
+    units = (
+        ("day", "d", 86_400_000_000),
+        ("hour", "h", 3_600_000_000),
+        ("minute", "min", 60_000_000),
+        ("second", "s", 1_000_000),
+        ("ms", "ms", 1_000),
+    )
+    for word, short, size in units:
         if us % size == 0:
             n = us // size
-            return unit if n == 1 and unit != "ms" else f"{n}{unit}"
+            return word if n == 1 and word != "ms" else f"{n}{short}"
     return f"{us}us"

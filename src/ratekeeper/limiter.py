@@ -82,7 +82,9 @@ class Limiter:
         if plan is None:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.algorithm.uses_leases else None
-        return run_sync(acquire_flow(plan, key, cost, timeout, self.clock, lease), self._decide, self._refund, self.clock)
+        return run_sync(
+            acquire_flow(plan, key, cost, timeout, self.clock, lease), self._decide, self._refund, self.clock
+        )
 
     def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
@@ -90,7 +92,10 @@ class Limiter:
         limited = [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
         answers = iter(self.store.decide_many(limited) if limited else ())
         return BatchDecision(
-            tuple(next(answers) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+            tuple(
+                next(answers) if plan is not None else Decision.unlimited_for(rule.name)
+                for rule, _, _, plan, _ in resolved
+            )
         )
 
     def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:

@@ -23,7 +23,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any
 
 from ratekeeper.clock import Clock, SystemClock
 from ratekeeper.errors import ConfigurationError, RateKeeperError
@@ -37,8 +37,8 @@ __all__ = ["UNLIMITED", "Quota", "QuotaAnswer", "QuotaProvider"]
 
 log = logging.getLogger("ratekeeper.quota")
 
-QuotaAnswer = Union[Iterable[Union[str, Limit]], str, Limit, None]
-QuotaProvider = Callable[[str], Union[QuotaAnswer, Awaitable[QuotaAnswer]]]
+QuotaAnswer = Iterable[str | Limit] | str | Limit | None
+QuotaProvider = Callable[[str], QuotaAnswer | Awaitable[QuotaAnswer]]
 
 
 class _Unlimited:
@@ -93,7 +93,7 @@ class Quota:
         self.max_keys = max_keys
         self.max_pending = max_pending
         self._is_async = inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(
-            getattr(provider, "__call__", None)
+            type(provider).__call__
         )
         self._clock = clock or SystemClock()
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
@@ -251,6 +251,8 @@ def _parse_answer(answer: QuotaAnswer, rule: Rule) -> Any:
         return UNLIMITED
     items: list[Any] = [answer] if isinstance(answer, str | Limit) else list(answer)
     if not items:
-        raise ConfigurationError(f"quota provider answered no limits for rule {rule.name!r}; answer None to exempt a key")
+        raise ConfigurationError(
+            f"quota provider answered no limits for rule {rule.name!r}; answer None to exempt a key"
+        )
     limits = tuple(Limit.parse(item, rule.burst) for item in items)
     return rule.plan_for(limits)  # also checks the limits suit the rule's algorithm

@@ -32,6 +32,4 @@ def get_algorithm(name: str) -> Algorithm:
     try:
         return ALGORITHMS[name]
     except (KeyError, TypeError):
-        raise ConfigurationError(
-            f"unknown algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}"
-        ) from None
+        raise ConfigurationError(f"unknown algorithm {name!r}; choose one of: {', '.join(ALGORITHMS)}") from None

@@ -123,14 +123,12 @@ class Algorithm(ABC):
         """
         decide = self.decide
 
-        def decider(state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None) -> tuple[State, Decision]:
+        def decider(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
             return decide(plan, state, now, cost, max_wait, lease_id)
 
         return decider
-
-    def whole_after(self, decision: Decision) -> int:
-        """Microseconds after the decision at which the key's state is whole again."""
-        return max(decision[7])
 
 
 def rational_spec(name: str, limit: Limit) -> tuple[int, int, int]:

@@ -8,6 +8,8 @@ themselves. ``refund`` with the lease id releases it early (``Lease.release``).
 
 from __future__ import annotations
 
+from typing import Any
+
 from ratekeeper.algorithms.base import Algorithm, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.errors import InvalidRequest
@@ -26,7 +28,7 @@ class Concurrency(Algorithm):
         return limit.count, limit.period_us
 
     @staticmethod
-    def _live(plan: Plan, state: State, now: int) -> tuple[object, ...]:
+    def _live(plan: Plan, state: State, now: int) -> tuple[Any, ...]:
         if not state:
             return ()
         horizon = now - max(p for _, p in plan.specs)
@@ -34,7 +36,8 @@ class Concurrency(Algorithm):
         n = len(state)
         while k < n and state[k + 1] <= horizon:
             k += 3
-        return state if k == 0 else state[k:]
+        live: tuple[Any, ...] = state if k == 0 else state[k:]
+        return live
 
     def decide(
         self,
@@ -55,9 +58,9 @@ class Concurrency(Algorithm):
             used = 0
             first = n
             for j in range(n - 3, -1, -3):
-                if leases[j + 1] <= cutoff:  # type: ignore[operator]
+                if leases[j + 1] <= cutoff:
                     break
-                used += leases[j + 2]  # type: ignore[operator]
+                used += leases[j + 2]
                 first = j
             useds.append(used)
             if used + cost > limit:
@@ -67,11 +70,11 @@ class Concurrency(Algorithm):
                     need = used + cost - limit
                     k = first
                     while True:
-                        need -= leases[k + 2]  # type: ignore[operator]
+                        need -= leases[k + 2]
                         if need <= 0:
                             break
                         k += 3
-                    r = leases[k + 1] + period - now  # type: ignore[operator]
+                    r = leases[k + 1] + period - now
                 if denied < 0 or later(r, retry):
                     denied, retry = i, r
         charged = 0
@@ -86,7 +89,7 @@ class Concurrency(Algorithm):
         for (limit, period), used in zip(plan.specs, useds, strict=True):
             total = used + charged
             remaining.append(limit - total)
-            resets.append(newest + period - now if total > 0 else 0)  # type: ignore[operator]
+            resets.append(newest + period - now if total > 0 else 0)
         decision = _make(
             plan.name,
             plan.limits,

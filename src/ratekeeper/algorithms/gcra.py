@@ -95,11 +95,23 @@ class Gcra(Algorithm):
                 remaining = (tau - ahead) // n
                 return state, _new(
                     Decision,
-                    (name, limits, False, 0, INFINITE, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None),
+                    (
+                        name,
+                        limits,
+                        False,
+                        0,
+                        INFINITE,
+                        0,
+                        (remaining if remaining > 0 else 0,),
+                        (-(-ahead // d),),
+                        None,
+                    ),
                 )
             if over <= 0:
                 ahead = new - nd
-                return new, _new(Decision, (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None))
+                return new, _new(
+                    Decision, (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None)
+                )
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
@@ -107,7 +119,8 @@ class Gcra(Algorithm):
             ahead = tat - nd
             remaining = (tau - ahead) // n
             return state, _new(
-                Decision, (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None)
+                Decision,
+                (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None),
             )
 
         return decide_one

@@ -86,14 +86,14 @@ class SlidingWindowCounter(Algorithm):
         new: list[int] = []
         for (limit, period), (window, prev, curr, estimate) in zip(specs, seen, strict=True):
             remaining.append(max(0, floor(limit - (estimate + charged))))
-            curr += charged
-            if curr > 0:
+            current = curr + charged
+            if current > 0:
                 resets.append((window + 2) * period - now)
             elif prev > 0:
                 resets.append((window + 1) * period - now)
             else:
                 resets.append(0)
-            new += (window, prev, curr)
+            new += (window, prev, current)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return (tuple(new) if charged else state), decision
 

@@ -33,7 +33,8 @@ class SlidingWindowLog(Algorithm):
         n = len(state)
         while k < n and state[k] <= horizon:
             k += 2
-        return state if k == 0 else state[k:]
+        live: tuple[int, ...] = state if k == 0 else state[k:]
+        return live
 
     def decide(
         self,
@@ -73,10 +74,7 @@ class SlidingWindowLog(Algorithm):
                     denied, retry = i, r
         newest = log[n - 2] if n else None
         if denied < 0 and cost > 0:
-            if n and log[n - 2] == now:
-                log = (*log[: n - 1], log[n - 1] + cost)
-            else:
-                log = (*log, now, cost)
+            log = (*log[: n - 1], log[n - 1] + cost) if n and log[n - 2] == now else (*log, now, cost)
             newest = now
             charged = cost
         else:

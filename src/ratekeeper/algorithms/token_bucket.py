@@ -32,7 +32,8 @@ class TokenBucket(Algorithm):
         if state is None:
             return full
         level: int = state[2 * i]
-        elapsed = now - state[2 * i + 1]
+        last: int = state[2 * i + 1]
+        elapsed = now - last
         if elapsed <= 0:
             return level
         if elapsed >= ceil_div(full - level, d):

@@ -53,8 +53,6 @@ class _Stripe:
             return state, state is not None
         return state, False
 
-
-
     def store(self, key: str, state: Any, now: int, whole_at: int) -> None:
         young = self.young
         if whole_at <= now or state is None:

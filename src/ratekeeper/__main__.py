@@ -1,0 +1,5 @@
+import sys
+
+from ratekeeper.cli import main
+
+sys.exit(main())
