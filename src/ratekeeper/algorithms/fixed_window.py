@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
 __all__ = ["FixedWindow"]
 
 _make = Decision.make
+_new = tuple.__new__
 
 
 class FixedWindow(Algorithm):
@@ -60,6 +61,33 @@ class FixedWindow(Algorithm):
                 new += (w, c + charged)
             state = tuple(new)
         return state, decision
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same arithmetic as ``decide`` with the constants bound."""
+        if len(plan.specs) != 1:
+            return super().compile(plan)
+        ((limit, period),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            window = now // period
+            count = state[1] if state is not None and state[0] == window else 0
+            end = (window + 1) * period - now
+            total = count + cost
+            if total <= limit:
+                if cost:
+                    state = (window, total)
+                return state, _new(
+                    Decision, (name, limits, True, -1, 0, 0, (limit - total,), (end if total else 0,), None)
+                )
+            retry = INFINITE if cost > limit else end
+            return state, _new(
+                Decision, (name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None)
+            )
+
+        return decide_one
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:

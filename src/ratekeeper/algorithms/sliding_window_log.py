@@ -1,13 +1,18 @@
-"""Sliding window log: the timestamps (and costs) of admitted requests.
+"""Sliding window log: the times (and costs) of admitted requests.
 
-State: ``(t_0, cost_0, t_1, cost_1, ...)`` in ascending time, one log for every limit
-of the rule (entries older than the longest period are dropped). A request at ``now``
-is admitted when, for every limit, the cost of entries with ``t > now - period`` plus
-its own cost is at most the count. An entry admitted at ``t`` counts until
-``t + period``. Exact for any window; memory grows with the limit.
+State: ``(base, times, totals)``: ``times`` ascending, one entry per distinct admission
+time; ``totals[k]`` the cumulative cost admitted up to and including ``times[k]``, and
+``base`` the cumulative cost before ``times[0]``. One log serves every limit of the
+rule; entries older than the longest period are dropped. A request at ``now`` is
+admitted when, for every limit, the cost of entries with ``t > now - period`` plus its
+own cost is at most the count; an entry admitted at ``t`` counts until ``t + period``.
+Exact for any window. The cumulative totals make each limit's usage one binary search,
+so a decision costs O(log n) steps plus one copy of the log.
 """
 
 from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
 
 from ratekeeper.algorithms.base import Algorithm, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
@@ -16,6 +21,18 @@ from ratekeeper.limit import Limit
 __all__ = ["SlidingWindowLog"]
 
 _make = Decision.make
+_EMPTY: tuple[int, tuple[int, ...], tuple[int, ...]] = (0, (), ())
+
+
+def _live(plan: Plan, state: State, now: int) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
+    """``(base, times, totals, first)``: ``first`` is the oldest entry any limit still counts,
+    ``base`` the cumulative cost before it (entries before it are dropped on the next write)."""
+    if state is None:
+        return 0, (), (), 0
+    times: tuple[int, ...] = state[1]
+    totals: tuple[int, ...] = state[2]
+    first = bisect_right(times, now - max(period for _, period in plan.specs))
+    return (totals[first - 1] if first else state[0]), times, totals, first
 
 
 class SlidingWindowLog(Algorithm):
@@ -23,18 +40,6 @@ class SlidingWindowLog(Algorithm):
 
     def spec(self, name: str, limit: Limit) -> tuple[int, int]:
         return limit.count, limit.period_us
-
-    @staticmethod
-    def _live(plan: Plan, state: State, now: int) -> tuple[int, ...]:
-        if not state:
-            return ()
-        horizon = now - max(p for _, p in plan.specs)
-        k = 0
-        n = len(state)
-        while k < n and state[k] <= horizon:
-            k += 2
-        live: tuple[int, ...] = state if k == 0 else state[k:]
-        return live
 
     def decide(
         self,
@@ -45,56 +50,50 @@ class SlidingWindowLog(Algorithm):
         max_wait: int | None = None,
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
-        log = self._live(plan, state, now)
-        n = len(log)
-        useds: list[int] = []
+        base, times, totals, live = _live(plan, state, now)
+        total = totals[-1] if totals else base
+        starts: list[int] = []
         denied = -1
         retry = 0
         for i, (limit, period) in enumerate(plan.specs):
-            cutoff = now - period
-            used = 0
-            j = n - 2
-            while j >= 0 and log[j] > cutoff:
-                used += log[j + 1]
-                j -= 2
-            useds.append(used)
+            first = bisect_right(times, now - period, live)  # oldest entry inside this window
+            before = totals[first - 1] if first > live else base
+            used = total - before
+            starts.append(used)
             if used + cost > limit:
                 if cost > limit:
                     r = INFINITE
                 else:
-                    need = used + cost - limit
-                    k = j + 2  # oldest entry inside this window
-                    while True:
-                        need -= log[k + 1]
-                        if need <= 0:
-                            break
-                        k += 2
-                    r = log[k] + period - now
+                    # The entry whose expiry frees enough: cumulative cost reaches the excess.
+                    k = bisect_left(totals, before + used + cost - limit, first)
+                    r = times[k] + period - now
                 if denied < 0 or later(r, retry):
                     denied, retry = i, r
-        newest = log[n - 2] if n else None
-        if denied < 0 and cost > 0:
-            log = (*log[: n - 1], log[n - 1] + cost) if n and log[n - 2] == now else (*log, now, cost)
+        charged = cost if denied < 0 else 0
+        newest = times[-1] if len(times) > live else now
+        if charged:
+            if len(times) > live and newest == now:
+                times, totals = times[live:], (*totals[live:-1], total + cost)
+            else:
+                times, totals = (*times[live:], now), (*totals[live:], total + cost)
+            state = (base, times, totals)
             newest = now
-            charged = cost
-        else:
-            charged = 0
         remaining: list[int] = []
         resets: list[int] = []
-        for (limit, period), used in zip(plan.specs, useds, strict=True):
-            total = used + charged
-            remaining.append(limit - total)
-            resets.append(newest + period - now if total > 0 and newest is not None else 0)
+        for (limit, period), used in zip(plan.specs, starts, strict=True):
+            in_window = used + charged
+            remaining.append(limit - in_window)
+            resets.append(newest + period - now if in_window > 0 else 0)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
-        return (log or None), decision
+        return state, decision
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
-        log = list(self._live(plan, state, now))
-        while cost > 0 and log:
-            take = min(cost, log[-1])
-            cost -= take
-            if take == log[-1]:
-                del log[-2:]
-            else:
-                log[-1] -= take
-        return tuple(log) or None
+        """Take ``cost`` back from the newest entries."""
+        base, times, totals, live = _live(plan, state, now)
+        if len(times) <= live:
+            return None
+        target = totals[-1] - cost
+        if target <= base:
+            return None
+        k = bisect_left(totals, target, live)  # the first entry whose total reaches the target
+        return base, times[live : k + 1], (*totals[live:k], target)

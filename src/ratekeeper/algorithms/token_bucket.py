@@ -9,13 +9,14 @@ refill at ``last`` (µs). The level goes below zero only through reservations ma
 
 from __future__ import annotations
 
-from ratekeeper.algorithms.base import Algorithm, Plan, State, ceil_div, rational_spec
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, ceil_div, rational_spec
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
 __all__ = ["TokenBucket"]
 
 _make = Decision.make
+_new = tuple.__new__
 
 
 class TokenBucket(Algorithm):
@@ -85,6 +86,63 @@ class TokenBucket(Algorithm):
             return tuple(new), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, remaining, resets)
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same arithmetic as ``decide`` with the constants bound."""
+        if len(plan.specs) != 1:
+            return super().compile(plan)
+        ((n, d, cap, full),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            if state is None:
+                level = full
+            else:
+                level, last = state
+                elapsed = now - last
+                if elapsed > 0:
+                    level = full if elapsed >= -((level - full) // d) else level + elapsed * d
+            need = cost * n
+            if cost > cap:
+                return state, _new(
+                    Decision,
+                    (
+                        name,
+                        limits,
+                        False,
+                        0,
+                        INFINITE,
+                        0,
+                        ((level // n) if level > 0 else 0,),
+                        (-((level - full) // d),),
+                        None,
+                    ),
+                )
+            wait = 0 if level >= need else -((level - need) // d)
+            if wait == 0 or (max_wait is not None and wait <= max_wait):
+                level -= need
+                return (level, now), _new(
+                    Decision,
+                    (
+                        name,
+                        limits,
+                        True,
+                        -1,
+                        0,
+                        wait,
+                        ((level // n) if level > 0 else 0,),
+                        (-((level - full) // d),),
+                        None,
+                    ),
+                )
+            return state, _new(
+                Decision,
+                (name, limits, False, 0, wait, 0, ((level // n) if level > 0 else 0,), (-((level - full) // d),), None),
+            )
+
+        return decide_one
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:

@@ -119,12 +119,13 @@ def render_markdown(result: BenchResult) -> str:
         "## Memory store: ratekeeper and its in-memory peers",
         "",
         f"One process, one thread, one run: {result.python}; {versions}.",
-        f"Each cell runs {result.duration:g} s of back-to-back synchronous calls, timed with "
-        "`time.perf_counter` every 1000 calls, gc enabled. Every key is used once before "
-        "the clock starts, so the cells measure a warm store. *decisions/s* counts allowed and "
-        "denied calls alike; *allowed* shows the scenario behaved as intended; *vs ratekeeper* is "
-        "the peer's rate divided by the rate of ratekeeper's fastest comparable algorithm "
-        "(named) in the same scenario, so above 1 means the peer is faster.",
+        f"Each cell makes synchronous calls back to back for {result.duration:g} s, reading "
+        "`time.perf_counter` every 1000 calls, with gc enabled. Before the clock starts every key "
+        "is used once (in the denied scenarios, until its limit is spent), so the cells measure a "
+        "warm store. *decisions/s* counts allowed and denied calls alike; *allowed* shows that the "
+        "scenario behaved as intended; *vs ratekeeper* is the peer's rate divided by the rate of "
+        "ratekeeper's fastest comparable algorithm (named) in the same scenario: above 1 the peer "
+        "is faster.",
         "",
     ]
     for name in result.scenarios:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 _MISSING: Any = object()
+_monotonic_us = SystemClock.now_us_fast
 ROTATE_EVERY_US = 1_000_000
 
 
@@ -113,7 +114,7 @@ class MemoryStore:
         self.stripes = stripes
         self._capacity = max(1, max_keys // (2 * stripes))
         self.clock: Clock = clock or SystemClock()
-        self._now: Callable[[], int] = self.clock.now_us
+        self._now: Callable[[], int] = _monotonic_us if type(self.clock) is SystemClock else self.clock.now_us
         self._tables: dict[str, _Table] = {}
         self._tables_lock = threading.Lock()
 
@@ -152,11 +153,21 @@ class MemoryStore:
                 now = self._now()
             if now >= stripe.next_expiry:
                 stripe.maybe_expire(now)
-            state = stripe.young.get(key, _MISSING)
-            if state is _MISSING:
-                state, in_old = stripe.load(key)
-            else:
-                in_old = False
+            young = stripe.young
+            state = young.get(key, _MISSING)
+            if state is not _MISSING:
+                new, decision = plan.decide(state, now, cost, max_wait, lease_id)
+                if new is not state and commit:
+                    reset = decision[7]
+                    whole_at = now + (reset[0] if len(reset) == 1 else max(reset))
+                    if whole_at > now and new is not None:
+                        young[key] = new
+                        if whole_at > stripe.young_whole:
+                            stripe.young_whole = whole_at
+                    else:
+                        del young[key]
+                return decision
+            state, in_old = stripe.load(key)
             new, decision = plan.decide(state, now, cost, max_wait, lease_id)
             if commit and (new is not state or in_old):
                 reset = decision[7]

@@ -1,0 +1,39 @@
+"""The specialised one-limit deciders decide exactly as the reference ``decide``."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ratekeeper import Rule
+from ratekeeper.algorithms import ALGORITHMS
+
+steps = st.lists(
+    st.tuples(
+        st.sampled_from([0, 0, 1, 999, 1000, 33_333, 333_334, 1_000_000, 3_000_000, 60_000_000]),
+        st.integers(min_value=0, max_value=12),
+        st.sampled_from([None, None, 0, 1, 100_000, 2_000_000, 10**9]),
+    ),
+    min_size=1,
+    max_size=60,
+)
+limits = st.sampled_from(["1/3s", "5/3s", "3/s", "7/100ms", "20/minute", "600 per 10 minutes", "1000/s"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(algorithm=st.sampled_from(sorted(ALGORITHMS)), limit=limits, burst=st.sampled_from([None, 1, 2, 9]), trace=steps)
+def test_compiled_decider_equals_reference(algorithm: str, limit: str, burst: int | None, trace: list) -> None:
+    """Whatever ``Plan.decide`` an algorithm compiles gives the reference's state and decision."""
+    if not ALGORITHMS[algorithm].uses_burst:
+        burst = None
+    rule = Rule("compiled", [limit], algorithm, burst=burst)
+    reference, compiled = None, None
+    now = 1_700_000_000_000_000
+    for i, (step, cost, max_wait) in enumerate(trace):
+        now += step
+        lease = f"lease-{i}"
+        expected_state, expected = rule.algo.decide(rule.plan, reference, now, cost, max_wait, lease)
+        actual_state, actual = rule.plan.decide(compiled, now, cost, max_wait, lease)
+        assert expected == actual
+        assert expected_state == actual_state
+        reference, compiled = expected_state, actual_state
