@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from itertools import count
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError, InvalidRequest
 from ratekeeper.quota import UNLIMITED
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
@@ -14,7 +15,18 @@ from ratekeeper.rule import MAX_KEY_LENGTH, Rule
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["bad_call", "check_timeout", "new_lease_id", "plan_for", "resolve_items"]
+__all__ = [
+    "bad_call",
+    "batch_items",
+    "batch_result",
+    "check",
+    "check_timeout",
+    "new_lease_id",
+    "plan_for",
+    "refund_plan",
+    "require_leases",
+    "resolve_items",
+]
 
 _lease_prefix = os.urandom(6).hex()
 _lease_counter = count(1)
@@ -67,7 +79,7 @@ def check_timeout(timeout: float | None) -> None:
         raise InvalidRequest(f"timeout must be None (wait as long as it takes) or seconds >= 0, got {timeout!r}")
 
 
-def resolve_items(items: Iterable[Any]) -> list[tuple[Rule, str, int, Plan | None, str | None]]:
+def resolve_items(items: Iterable[Any]) -> Resolved:
     """Check the items of ``try_acquire_many``: ``(rule, key)`` or ``(rule, key, cost)``."""
     resolved = []
     for item in items:
@@ -81,6 +93,31 @@ def resolve_items(items: Iterable[Any]) -> list[tuple[Rule, str, int, Plan | Non
     if not resolved:
         raise InvalidRequest("try_acquire_many needs at least one (rule, key) item")
     return resolved
+
+
+Resolved = list[tuple[Rule, str, int, "Plan | None", "str | None"]]
+
+
+def batch_items(resolved: Resolved) -> list[tuple[Plan, str, int, str | None]]:
+    """What the store must decide for a batch: the items whose keys are limited."""
+    return [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
+
+
+def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecision:
+    """The store's answers in the caller's order, with unlimited items filled in."""
+    it = iter(answers)
+    return BatchDecision(
+        tuple(next(it) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+    )
+
+
+def refund_plan(rule: Rule, key: str, cost: int, lease_id: str | None) -> Plan | None:
+    """Check a refund and choose its plan (None: nothing to give back)."""
+    check(rule, key, cost)
+    plan = plan_for(rule, key)
+    if plan is not None and plan.algorithm.uses_leases and lease_id is None:
+        raise InvalidRequest(f"rule {rule.name!r} holds leases: release one with release(rule, key, lease_id)")
+    return plan
 
 
 def require_leases(rule: Rule) -> None:

@@ -8,16 +8,18 @@ from typing import Any, TypeVar
 from ratekeeper.clock import Clock
 from ratekeeper.core import (
     bad_call,
+    batch_items,
+    batch_result,
     check,
     check_timeout,
     new_lease_id,
     plan_for,
+    refund_plan,
     require_leases,
     resolve_items,
 )
 from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.decorator import limit_decorator
-from ratekeeper.errors import InvalidRequest
 from ratekeeper.flows import Decide, Refund, acquire_flow, run_sync
 from ratekeeper.lease import Lease
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
@@ -89,22 +91,13 @@ class Limiter:
     def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
         resolved = resolve_items(items)
-        limited = [(plan, key, cost, lease) for _, key, cost, plan, lease in resolved if plan is not None]
-        answers = iter(self.store.decide_many(limited) if limited else ())
-        return BatchDecision(
-            tuple(
-                next(answers) if plan is not None else Decision.unlimited_for(rule.name)
-                for rule, _, _, plan, _ in resolved
-            )
-        )
+        items_ = batch_items(resolved)
+        return batch_result(resolved, self.store.decide_many(items_) if items_ else ())
 
     def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
         """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
-        check(rule, key, cost)
-        plan = plan_for(rule, key)
+        plan = refund_plan(rule, key, cost, lease_id)
         if plan is not None:
-            if plan.algorithm.uses_leases and lease_id is None:
-                raise InvalidRequest(f"rule {rule.name!r} holds leases: release one with release(rule, key, lease_id)")
             self.store.refund(plan, key, cost, lease_id)
 
     def release(self, rule: Rule, key: str, lease_id: str) -> None:

@@ -92,9 +92,7 @@ class Quota:
         self.retry_after_error = float(retry_after_error)
         self.max_keys = max_keys
         self.max_pending = max_pending
-        self._is_async = inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(
-            type(provider).__call__
-        )
+        self._is_async = inspect.iscoroutinefunction(provider) or inspect.iscoroutinefunction(type(provider).__call__)
         self._clock = clock or SystemClock()
         self._cache: OrderedDict[str, _Entry] = OrderedDict()
         self._pending: dict[str, Any] = {}
