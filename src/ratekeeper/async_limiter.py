@@ -65,8 +65,7 @@ class AsyncLimiter:
         plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        lease = new_lease_id() if plan.algorithm.uses_leases else None
-        return await self.store.decide(plan, key, cost, None, lease, now, False)
+        return await self.store.decide(plan, key, cost, None, None, now, False)
 
     async def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.

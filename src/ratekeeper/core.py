@@ -106,9 +106,13 @@ def batch_items(resolved: Resolved) -> list[tuple[Plan, str, int, str | None]]:
 def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecision:
     """The store's answers in the caller's order, with unlimited items filled in."""
     it = iter(answers)
-    return BatchDecision(
-        tuple(next(it) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved)
+    decisions = tuple(
+        next(it) if plan is not None else Decision.unlimited_for(rule.name) for rule, _, _, plan, _ in resolved
     )
+    if not all(d.allowed for d in decisions):
+        # Nothing was charged, so no lease is held: do not hand out their ids.
+        decisions = tuple(Decision.make(*d[:8]) if d.lease_id else d for d in decisions)
+    return BatchDecision(decisions)
 
 
 def refund_plan(rule: Rule, key: str, cost: int, lease_id: str | None) -> Plan | None:

@@ -83,6 +83,8 @@ def acquire_flow(
         retry = decision.retry_after
         if math.isinf(retry):
             raise RateLimitExceeded(decision)
+        if algorithm.reserves and algorithm.waiting_cannot_help(decision, left):
+            raise RateLimitExceeded(decision, f"{_why(decision)}; not admitted within the timeout of {timeout}s")
         if algorithm.uses_leases:
             retry = min(retry, poll)
             poll = min(poll * 2, POLL_MAX)

@@ -53,12 +53,16 @@ UNLIMITED: Any = _Unlimited()
 
 
 class _Entry:
-    __slots__ = ("expires", "limits", "retry_at")
+    """One key's answer: its limits (``UNLIMITED``; None before a first good answer) and,
+    per rule using this quota, the plan built from them."""
+
+    __slots__ = ("expires", "limits", "plans", "retry_at")
 
     def __init__(self, limits: Any, expires: float) -> None:
         self.limits = limits
         self.expires = expires
         self.retry_at = 0.0
+        self.plans: dict[Rule, Plan] = {}
 
 
 class Quota:
@@ -101,6 +105,7 @@ class Quota:
         self._workers = workers
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
         self.errors = 0
         self.fetches = 0
         self.skipped = 0
@@ -111,30 +116,45 @@ class Quota:
         """The plan for ``key`` now (its limits under the rule's algorithm), or ``UNLIMITED``.
 
         Never blocks: the rule's own plan (the failsafe) answers until the provider does.
+        One quota may serve several rules; each gets a plan of its own from the answer.
         """
         now = self._clock.now_us() / 1_000_000
         with self._lock:
             entry = self._cache.get(key)
-            if entry is not None:
-                self._cache.move_to_end(key)
-                if now >= entry.expires and now >= entry.retry_at and key not in self._pending:
-                    self._start(key, rule)
-                return entry.limits if entry.limits is not None else rule.plan
-            if key not in self._pending:
-                self._start(key, rule)
+            if entry is None:
+                if key not in self._pending:
+                    self._start(key)
+                return rule.plan
+            self._cache.move_to_end(key)
+            if now >= entry.expires and now >= entry.retry_at and key not in self._pending:
+                self._start(key)
+            limits = entry.limits
+            if limits is None:
+                return rule.plan
+            if limits is UNLIMITED:
+                return UNLIMITED
+            plan = entry.plans.get(rule)
+            if plan is None:
+                plan = entry.plans[rule] = self._plan(rule, key, limits)
+            return plan
+
+    @staticmethod
+    def _plan(rule: Rule, key: str, limits: tuple[Limit, ...]) -> Plan:
+        try:
+            return rule.plan_for(tuple(Limit.parse(limit, rule.burst) for limit in limits))
+        except RateKeeperError as exc:
+            log.warning("quota for key %r does not suit rule %r (%s); its own limits apply", key, rule.name, exc)
             return rule.plan
 
     def cached(self, key: str) -> tuple[Limit, ...] | Any | None:
         """The cached limits for ``key`` (``UNLIMITED``; None when none); for tests and tools."""
         with self._lock:
             entry = self._cache.get(key)
-            if entry is None or entry.limits is None:
-                return None
-            return UNLIMITED if entry.limits is UNLIMITED else entry.limits.limits
+            return None if entry is None else entry.limits
 
     # -- fetching -----------------------------------------------------------------------
 
-    def _start(self, key: str, rule: Rule) -> None:
+    def _start(self, key: str) -> None:
         # Called with the lock held.
         if len(self._pending) >= self.max_pending:
             self.skipped += 1
@@ -146,14 +166,14 @@ class Quota:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 loop = self._background_loop()
-                cf = asyncio.run_coroutine_threadsafe(self._fetch_async(key, rule), loop)
+                cf = asyncio.run_coroutine_threadsafe(self._fetch_async(key), loop)
                 self._pending[key] = cf
                 return
-            self._pending[key] = loop.create_task(self._fetch_async(key, rule))
+            self._pending[key] = loop.create_task(self._fetch_async(key))
         else:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="ratekeeper-quota")
-            future: Future[None] = self._executor.submit(self._fetch_sync, key, rule)
+            future: Future[None] = self._executor.submit(self._fetch_sync, key)
             self._pending[key] = future
 
     def _background_loop(self) -> asyncio.AbstractEventLoop:
@@ -161,35 +181,32 @@ class Quota:
             loop = asyncio.new_event_loop()
             thread = threading.Thread(target=loop.run_forever, name="ratekeeper-quota-loop", daemon=True)
             thread.start()
-            self._loop = loop
+            self._loop, self._loop_thread = loop, thread
         return self._loop
 
-    def _fetch_sync(self, key: str, rule: Rule) -> None:
+    def _fetch_sync(self, key: str) -> None:
         try:
             answer = self.provider(key)
             if inspect.isawaitable(answer):
                 answer = asyncio.run(_await(answer))
+            limits = _parse_answer(answer)
         except Exception as exc:  # noqa: BLE001 - any provider failure keeps the last answer
             self._failed(key, exc)
         else:
-            self._answered(key, answer, rule)
+            self._answered(key, limits)
 
-    async def _fetch_async(self, key: str, rule: Rule) -> None:
+    async def _fetch_async(self, key: str) -> None:
         try:
             answer = self.provider(key)
             if inspect.isawaitable(answer):
                 answer = await answer
+            limits = _parse_answer(answer)
         except Exception as exc:  # noqa: BLE001 - any provider failure keeps the last answer
             self._failed(key, exc)
         else:
-            self._answered(key, answer, rule)
+            self._answered(key, limits)
 
-    def _answered(self, key: str, answer: QuotaAnswer, rule: Rule) -> None:
-        try:
-            limits = _parse_answer(answer, rule)
-        except RateKeeperError as exc:
-            self._failed(key, exc)
-            return
+    def _answered(self, key: str, limits: Any) -> None:
         now = self._clock.now_us() / 1_000_000
         with self._lock:
             self._pending.pop(key, None)
@@ -234,23 +251,31 @@ class Quota:
                 await asyncio.sleep(0.001)
 
     def close(self) -> None:
+        """Stop the background workers (pending lookups are abandoned)."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._executor = None
+        loop, thread = self._loop, self._loop_thread
+        if loop is not None and thread is not None:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join(timeout=5)
+            loop.close()
+            self._loop = self._loop_thread = None
 
 
 async def _await(answer: Awaitable[QuotaAnswer]) -> QuotaAnswer:
     return await answer
 
 
-def _parse_answer(answer: QuotaAnswer, rule: Rule) -> Any:
+def _parse_answer(answer: QuotaAnswer) -> Any:
+    """The provider's answer as a tuple of ``Limit`` (or ``UNLIMITED``); raises when it is none."""
     if answer is None:
         return UNLIMITED
-    items: list[Any] = [answer] if isinstance(answer, str | Limit) else list(answer)
-    if not items:
-        raise ConfigurationError(
-            f"quota provider answered no limits for rule {rule.name!r}; answer None to exempt a key"
-        )
-    limits = tuple(Limit.parse(item, rule.burst) for item in items)
-    return rule.plan_for(limits)  # also checks the limits suit the rule's algorithm
+    if isinstance(answer, str | Limit):
+        return (Limit.parse(answer),)
+    if not isinstance(answer, Iterable):
+        raise ConfigurationError(f"a quota provider must answer limits or None, got {answer!r}")
+    limits = tuple(Limit.parse(item) for item in answer)
+    if not limits:
+        raise ConfigurationError("a quota provider answered no limits; answer None to exempt a key")
+    return limits

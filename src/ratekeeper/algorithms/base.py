@@ -114,6 +114,15 @@ class Algorithm(ABC):
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Give back ``cost`` charged earlier (never more than was charged and is still counted)."""
 
+    def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
+        """Whether a refusal under ``max_wait`` would stay a refusal however long the caller
+        waits within ``max_wait`` (so ``acquire`` gives up at once instead of sleeping).
+
+        A reservation (token bucket, GCRA) is refused only when its wait exceeds
+        ``max_wait``, and waiting shrinks both equally.
+        """
+        return self.reserves
+
     def compile(self, plan: Plan) -> Decider:
         """A function deciding for this plan: ``(state, now, cost, max_wait, lease_id)``.
 

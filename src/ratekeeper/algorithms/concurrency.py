@@ -79,8 +79,6 @@ class Concurrency(Algorithm):
                     denied, retry = i, r
         charged = 0
         if denied < 0 and cost > 0:
-            if not lease_id:
-                raise InvalidRequest("a concurrency rule needs a lease id to admit a request")
             leases = (*leases, lease_id, now, cost)
             charged = cost
         remaining: list[int] = []

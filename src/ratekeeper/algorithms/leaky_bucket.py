@@ -7,8 +7,8 @@ spaced, never in a burst. A full queue refuses. State as GCRA: the time (in ``1/
 µs) at which the queue is empty, an int for one limit, a tuple for several.
 
 ``max_wait`` bounds the delay the caller will accept (``acquire``'s timeout): a longer
-delay is refused with ``retry_us`` = that delay. ``try_acquire`` passes None: any delay
-that fits in the queue.
+delay is refused, with ``retry_us`` the time until the queue is short enough (and has
+room). ``try_acquire`` passes None: any delay that fits in the queue.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ class LeakyBucket(Gcra):
         denied = -1
         retry = 0
         delay = 0
-        slowest = 0
         infinite = False
         for i, (n, d, cap, tau) in enumerate(specs):
             nd = now * d
@@ -52,19 +51,18 @@ class LeakyBucket(Gcra):
             tats.append(tat)
             queued = ceil_div(tat - nd, d)
             if queued > delay:
-                delay, slowest = queued, i
+                delay = queued
             if cost > cap:
                 if not infinite:
                     infinite, denied, retry = True, i, INFINITE
                 continue
-            over = tat + cost * n - nd - tau
-            if over > 0 and not infinite:
-                r = ceil_div(over, d)
-                if r > retry:
-                    denied, retry = i, r
-        if denied < 0 and max_wait is not None and delay > max_wait:
-            # The queue has room but the caller will not wait that long.
-            denied, retry = slowest, delay
+            # The request needs room in the queue and, when the caller bounds its wait,
+            # a queue short enough: the later of the two is when it could be admitted.
+            need = ceil_div(tat + cost * n - nd - tau, d)
+            if max_wait is not None and queued - max_wait > need:
+                need = queued - max_wait
+            if need > 0 and not infinite and need > retry:
+                denied, retry = i, need
         allowed = denied < 0
         if allowed:
             tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
@@ -78,3 +76,8 @@ class LeakyBucket(Gcra):
             decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
             return (tats[0] if single else tuple(tats)), decision
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
+
+    def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
+        """A queue longer than ``max_wait`` shrinks as fast as the caller's time left; a
+        full queue with a short enough wait is worth waiting for."""
+        return any(queued > max_wait for queued in decision.reset_us)

@@ -11,8 +11,25 @@ that the scenario behaved as intended for every library) and, for a peer, its ra
 divided by the rate of ratekeeper's fastest comparable algorithm. A last pass measures
 the memory each library keeps per idle key.
 
+Choices that shape the numbers:
+
+- The allowed scenarios use 1,000,000,000 per second: limits and throttled-py take whole
+  seconds only, and a one-second window bounds what the log algorithms keep (one entry
+  per admitted call), which they must pay for on a hot key.
+- Before the clock starts every key is used once, and in the denied scenarios until its
+  limit is spent, so cells measure a warm store and the denied cells deny from the first
+  call.
+- Cells run one after another in one process; ``Cell.cpu_share`` (CPU time over wall
+  time) exposes a machine busy with other work, and the report warns when it is low.
+- Exceptions in the peers' own background threads are recorded in the report instead
+  of being printed over the progress line.
+
+Defaults take a few minutes: 18 subjects x 4 scenarios x 2 s, plus the memory pass
+(200,000 keys per subject under ``tracemalloc``, which slows every allocation).
+
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
-(``python -m ratekeeper.bench.memory``).
+(``python -m ratekeeper.bench.memory``). Progress goes to standard error, the tables to
+standard output (and to ``--markdown PATH``).
 """
 
 from __future__ import annotations
@@ -22,9 +39,12 @@ import gc
 import itertools
 import platform
 import sys
+import threading
 import time
+import traceback
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -61,9 +81,9 @@ __all__ = [
 DEFAULT_DURATION = 2.0
 DEFAULT_KEYS = 100_000
 DEFAULT_MEMORY_KEYS = 200_000
-QUICK_DURATION = 0.05
-QUICK_KEYS = 2_000
-QUICK_MEMORY_KEYS = 2_000
+QUICK_DURATION = 0.03
+QUICK_KEYS = 1_000
+QUICK_MEMORY_KEYS = 1_000
 
 CLOCK_EVERY = 1000
 """Calls between two readings of the clock once a cell is warm."""
@@ -120,6 +140,7 @@ class Cell:
     calls: int
     allowed: int
     seconds: float
+    cpu_seconds: float
 
     @property
     def rate(self) -> float:
@@ -129,6 +150,11 @@ class Cell:
     @property
     def allowed_fraction(self) -> float:
         return self.allowed / self.calls if self.calls else 0.0
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU time of this process over wall time: well below 1 when other load competed."""
+        return self.cpu_seconds / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +199,8 @@ class BenchResult:
     memory: list[MemoryCell] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
+    thread_errors: list[str] = field(default_factory=list)
+    """Exceptions raised in the libraries' own background threads (the run goes on)."""
 
     def cell(self, library: str, algorithm: str, scenario: str) -> Cell | None:
         for c in self.cells:
@@ -216,8 +244,8 @@ class BenchResult:
 # -- measuring ----------------------------------------------------------------------------
 
 
-def _timed(loop: Loop, keys: Iterator[str], duration: float) -> tuple[int, int, float]:
-    """Call ``loop`` until ``duration`` has passed; return (calls, allowed, seconds).
+def _timed(loop: Loop, keys: Iterator[str], duration: float) -> tuple[int, int, float, float]:
+    """Call ``loop`` until ``duration`` has passed; return (calls, allowed, seconds, CPU seconds).
 
     The clock is read every ``CLOCK_EVERY`` calls. The first batches are 1, 10 and 100
     calls, kept small while one call is slow, so a slow library does not overrun the
@@ -227,6 +255,7 @@ def _timed(loop: Loop, keys: Iterator[str], duration: float) -> tuple[int, int, 
     calls = allowed = 0
     batch = 1
     small = duration / 100
+    cpu = time.process_time()
     start = last = perf()
     deadline = start + duration
     while True:
@@ -234,7 +263,7 @@ def _timed(loop: Loop, keys: Iterator[str], duration: float) -> tuple[int, int, 
         calls += batch
         now = perf()
         if now >= deadline:
-            return calls, allowed, now - start
+            return calls, allowed, now - start, time.process_time() - cpu
         if batch < CLOCK_EVERY and now - last < small:
             batch = min(CLOCK_EVERY, batch * 10)
         last = now
@@ -248,10 +277,10 @@ def _measure_rate(subject: Subject, scenario: Scenario, keys: list[str], duratio
         passes = 1 if scenario.expect_allowed else scenario.spec.count
         runner.loop(iter(keys * passes), len(keys) * passes)
         gc.collect()
-        calls, allowed, seconds = _timed(runner.loop, itertools.cycle(keys), duration)
+        calls, allowed, seconds, cpu = _timed(runner.loop, itertools.cycle(keys), duration)
     finally:
         runner.close()
-    return Cell(subject.library, subject.algorithm, scenario.name, subject.comparable, calls, allowed, seconds)
+    return Cell(subject.library, subject.algorithm, scenario.name, subject.comparable, calls, allowed, seconds, cpu)
 
 
 def _measure_memory(subject: Subject, keys: list[str]) -> MemoryCell:
@@ -279,6 +308,30 @@ def _measure_memory(subject: Subject, keys: list[str]) -> MemoryCell:
     finally:
         tracemalloc.stop()
     return MemoryCell(subject.library, subject.algorithm, subject.comparable, len(keys), allowed, after - before)
+
+
+@contextmanager
+def _thread_errors(sink: list[str], step: Callable[[], str]) -> Iterator[None]:
+    """Record exceptions of background threads (a peer's expiry timer, say) in ``sink``.
+
+    They would otherwise be printed through the progress display; the benchmark goes
+    on, as the library's own callers would.
+    """
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        where = ""
+        if args.exc_traceback is not None:
+            last = traceback.extract_tb(args.exc_traceback)[-1]
+            path = Path(last.filename)
+            where = f" in {path.parent.name}/{path.name} {last.name}()"
+        sink.append(f"{args.exc_type.__name__}{where}, during {step()}")
+
+    threading.excepthook = hook
+    try:
+        yield
+    finally:
+        threading.excepthook = previous
 
 
 def _describe(exc: BaseException) -> str:
@@ -345,47 +398,43 @@ def run_memory_bench(
         measured += found
         result.calls.update({(s.library, s.algorithm): s.how for s in found})
 
-    steps = len(measured) * len(chosen_scenarios) + (len(measured) if memory_keys else 0)
-    bar = report.Progress(progress_stream if progress_stream is not None else sys.stderr, steps, enabled=progress)
+    steps: list[tuple[str, Subject, Scenario | None]] = [
+        (f"{name} {subject.library} {subject.algorithm}", subject, SCENARIOS[name])
+        for name in chosen_scenarios
+        for subject in measured
+    ]
+    if memory_keys:
+        steps += [(f"memory {subject.library} {subject.algorithm}", subject, None) for subject in measured]
+    bar = report.Progress(progress_stream if progress_stream is not None else sys.stderr, len(steps), enabled=progress)
     for library, reason in result.skipped.items():
         bar.note(f"skipping {library}: {reason}")
 
     many = [f"key-{i}" for i in range(keys)]
-    hot = ["hot-key"]
-    try:
-        for name in chosen_scenarios:
-            scenario = SCENARIOS[name]
-            for subject in measured:
-                label = f"{name} {subject.library} {subject.algorithm}"
-                bar.start(label)
+    idle = [f"idle-{i}" for i in range(memory_keys)]
+    current = ""
+    with _thread_errors(result.thread_errors, lambda: current):
+        try:
+            for current, subject, scenario in steps:
+                bar.start(current)
                 try:
-                    cell = _measure_rate(subject, scenario, many if scenario.many_keys else hot, duration)
+                    if scenario is None:
+                        mem = _measure_memory(subject, idle)
+                        result.memory.append(mem)
+                        summary = f"{report.format_bytes(mem.bytes_per_key)} bytes/key"
+                    else:
+                        cell = _measure_rate(subject, scenario, many if scenario.many_keys else ["hot-key"], duration)
+                        result.cells.append(cell)
+                        rate, share = report.format_rate(cell.rate), report.format_fraction(cell.allowed_fraction)
+                        summary = f"{rate} decisions/s, {share} allowed"
                 except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
-                    result.failures.append(Failure(subject.library, subject.algorithm, name, _describe(exc)))
-                    bar.note(f"{label}: failed: {_describe(exc)}")
-                    bar.finish(label, "failed")
-                    continue
-                result.cells.append(cell)
-                rate, share = report.format_rate(cell.rate), report.format_fraction(cell.allowed_fraction)
-                bar.finish(label, f"{rate} decisions/s, {share} allowed")
+                    where = "memory" if scenario is None else scenario.name
+                    result.failures.append(Failure(subject.library, subject.algorithm, where, _describe(exc)))
+                    bar.note(f"{current}: failed: {_describe(exc)}")
+                    summary = "failed"
+                bar.finish(current, summary)
                 gc.collect()
-        if memory_keys:
-            idle = [f"idle-{i}" for i in range(memory_keys)]
-            for subject in measured:
-                label = f"memory {subject.library} {subject.algorithm}"
-                bar.start(label)
-                try:
-                    mem = _measure_memory(subject, idle)
-                except Exception as exc:  # noqa: BLE001
-                    result.failures.append(Failure(subject.library, subject.algorithm, "memory", _describe(exc)))
-                    bar.note(f"{label}: failed: {_describe(exc)}")
-                    bar.finish(label, "failed")
-                    continue
-                result.memory.append(mem)
-                bar.finish(label, f"{report.format_bytes(mem.bytes_per_key)} bytes/key")
-                gc.collect()
-    finally:
-        bar.close()
+        finally:
+            bar.close()
 
     out.write(result.to_markdown())
     out.flush()

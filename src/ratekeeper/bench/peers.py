@@ -251,7 +251,7 @@ def _build_limits(strategy: str, spec: LimitSpec, n_keys: int) -> Runner:
 
     def close() -> None:
         storage.timer.cancel()
-        storage.reset()
+        settle()
 
     return Runner(loop, close, settle)
 

@@ -128,6 +128,15 @@ def render_markdown(result: BenchResult) -> str:
         "is faster.",
         "",
     ]
+    contended = [c for c in result.cells if c.cpu_share < 0.9]
+    if contended:
+        lowest = min(c.cpu_share for c in contended)
+        out += [
+            f"> **Other load competed for the CPU**: in {len(contended)} of {len(result.cells)} cells this "
+            f"process ran less than 90% of the wall time (lowest {lowest:.0%}), so those rates are low and the "
+            "ratios noisy. Run again on an idle machine before publishing these numbers.",
+            "",
+        ]
     for name in result.scenarios:
         scenario = SCENARIOS[name]
         keys = f"{result.keys:,} keys round robin" if scenario.many_keys else "one key"
@@ -171,5 +180,11 @@ def render_markdown(result: BenchResult) -> str:
     out += [f"- {library} `{algorithm}`: `{how}`" for (library, algorithm), how in result.calls.items()]
     for library, reason in result.skipped.items():
         out.append(f"- {library}: not measured ({reason})")
+    if result.thread_errors:
+        out += ["", "Exceptions raised in the libraries' own background threads (each run went on):", ""]
+        counts: dict[str, int] = {}
+        for error in result.thread_errors:
+            counts[error] = counts.get(error, 0) + 1
+        out += [f"- {error}" + (f" ({n} times)" if n > 1 else "") for error, n in counts.items()]
     out.append("")
     return "\n".join(out)

@@ -30,11 +30,11 @@ __all__ = ["MemoryStore"]
 
 _MISSING: Any = object()
 _monotonic_us = SystemClock.now_us_fast
-ROTATE_EVERY_US = 1_000_000
+SWEEP_EVERY_US = 1_000_000
 
 
 class _Stripe:
-    __slots__ = ("capacity", "evicted", "lock", "next_expiry", "old", "old_whole", "young", "young_whole")
+    __slots__ = ("capacity", "evicted", "lock", "old", "old_whole", "young", "young_whole")
 
     def __init__(self, capacity: int, now: int) -> None:
         self.lock = threading.Lock()
@@ -43,7 +43,6 @@ class _Stripe:
         self.old: dict[str, Any] = {}
         self.young_whole = now
         self.old_whole = now
-        self.next_expiry = now + ROTATE_EVERY_US
         self.evicted = 0
 
     def load(self, key: str) -> tuple[Any, bool]:
@@ -71,11 +70,16 @@ class _Stripe:
         else:
             young[key] = state
 
-    def maybe_expire(self, now: int) -> None:
-        if now >= self.old_whole:
+    def expire(self, now: int) -> None:
+        """Drop each generation whose keys are all whole; age the young keys into an empty old
+        generation, from which the ones still used move back on their next write."""
+        if self.old and now >= self.old_whole:
+            self.old = {}
+        if self.young and now >= self.young_whole:
+            self.young = {}
+            self.young_whole = now
+        if not self.old and self.young:
             self.rotate(now, evict=False)
-        else:
-            self.next_expiry = min(self.old_whole, now + ROTATE_EVERY_US)
 
     def rotate(self, now: int, evict: bool) -> None:
         if evict:
@@ -84,7 +88,6 @@ class _Stripe:
         self.old_whole = self.young_whole
         self.young = {}
         self.young_whole = now
-        self.next_expiry = now + ROTATE_EVERY_US
 
 
 class _Table:
@@ -117,6 +120,7 @@ class MemoryStore:
         self._now: Callable[[], int] = _monotonic_us if type(self.clock) is SystemClock else self.clock.now_us
         self._tables: dict[str, _Table] = {}
         self._tables_lock = threading.Lock()
+        self._next_sweep = self._now() + SWEEP_EVERY_US
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -151,8 +155,6 @@ class MemoryStore:
         with stripe.lock:
             if now is None:
                 now = self._now()
-            if now >= stripe.next_expiry:
-                stripe.maybe_expire(now)
             young = stripe.young
             state = young.get(key, _MISSING)
             if state is not _MISSING:
@@ -166,13 +168,23 @@ class MemoryStore:
                             stripe.young_whole = whole_at
                     else:
                         del young[key]
-                return decision
-            state, in_old = stripe.load(key)
-            new, decision = plan.decide(state, now, cost, max_wait, lease_id)
-            if commit and (new is not state or in_old):
-                reset = decision[7]
-                stripe.store(key, new, now, now + (reset[0] if len(reset) == 1 else max(reset)))
+            else:
+                state, in_old = stripe.load(key)
+                new, decision = plan.decide(state, now, cost, max_wait, lease_id)
+                if commit and (new is not state or in_old):
+                    reset = decision[7]
+                    stripe.store(key, new, now, now + (reset[0] if len(reset) == 1 else max(reset)))
+        if now >= self._next_sweep:
+            self._sweep(now)
         return decision
+
+    def _sweep(self, now: int) -> None:
+        """At most once a second: let every stripe of every rule drop what is whole."""
+        self._next_sweep = now + SWEEP_EVERY_US
+        for table in list(self._tables.values()):
+            for stripe in table.stripes:
+                with stripe.lock:
+                    stripe.expire(now)
 
     def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
         stripes = [self._stripe(plan, key) for plan, key, _, _ in items]
