@@ -37,10 +37,9 @@ def _is_up(name: str) -> bool:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    for name in SERVICES:
+    for name, (host, port, start) in SERVICES.items():
         if item.get_closest_marker(name) is None or _is_up(name):
             continue
-        host, port, start = SERVICES[name]
         reason = f"{name} is not reachable on {host}:{port} (start it with: {start})"
         if os.environ.get("RATEKEEPER_REQUIRE_SERVICES") == "1":
             pytest.fail(f"{reason}; RATEKEEPER_REQUIRE_SERVICES=1 forbids skipping it")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import threading
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,18 @@ def test_progress_writes_plain_lines_elsewhere() -> None:
     bar.finish("first", "1 decisions/s")
     bar.close()
     assert stream.getvalue() == "[1/2] first: 1 decisions/s\n"
+
+
+def test_exceptions_in_background_threads_are_recorded_not_printed() -> None:
+    sink: list[str] = []
+
+    def fail() -> None:
+        raise KeyError("gone")
+
+    with memory._thread_errors(sink, lambda: "many_keys limits fixed_window"):
+        thread = threading.Thread(target=fail)
+        thread.start()
+        thread.join()
+    assert len(sink) == 1
+    assert sink[0].startswith("KeyError in ")
+    assert sink[0].endswith("fail(), during many_keys limits fixed_window")

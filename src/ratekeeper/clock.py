@@ -37,11 +37,6 @@ class SystemClock:
     def now_us(self) -> int:
         return time.monotonic_ns() // 1000
 
-    @staticmethod
-    def now_us_fast() -> int:
-        """``now_us`` without the instance: what the memory store calls on its hot path."""
-        return time.monotonic_ns() // 1000
-
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
             time.sleep(seconds)

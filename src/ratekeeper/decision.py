@@ -20,8 +20,6 @@ INFINITE = -1
 UNLIMITED_REMAINING = sys.maxsize
 """``remaining`` of a key that no limit applies to."""
 
-_new = tuple.__new__
-
 
 @dataclass(frozen=True, slots=True)
 class LimitStats:
@@ -67,7 +65,7 @@ class Decision(tuple[Any, ...]):
         reset_us: tuple[int, ...],
         lease_id: str | None = None,
     ) -> Decision:
-        return _new(cls, (rule, limits, allowed, denied_index, retry_us, delay_us, remaining, reset_us, lease_id))
+        return cls((rule, limits, allowed, denied_index, retry_us, delay_us, remaining, reset_us, lease_id))
 
     @property
     def rule(self) -> str:

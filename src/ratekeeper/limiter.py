@@ -43,6 +43,7 @@ class Limiter:
         if clock is not None:
             options["clock"] = clock
         self.store: Store = open_store(store, **options)
+        self._store_decide = self.store.decide
         self.clock: Clock = getattr(self.store, "clock", None) or clock or _system_clock()
 
     # -- deciding -----------------------------------------------------------------------
@@ -60,8 +61,7 @@ class Limiter:
             raise bad_call(rule, key, cost) from None
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        lease = new_lease_id() if plan.algorithm.uses_leases else None
-        return self.store.decide(plan, key, cost, None, lease, now)
+        return self._store_decide(plan, key, cost, None, new_lease_id() if plan.leases else None, now)
 
     def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """What ``try_acquire`` would answer, without charging anything."""

@@ -52,13 +52,14 @@ def later(a: int, b: int) -> bool:
 class Plan:
     """What an algorithm precomputes for one rule's limits: reused by every decision."""
 
-    __slots__ = ("algorithm", "decide", "limits", "name", "specs", "table")
+    __slots__ = ("algorithm", "decide", "leases", "limits", "name", "specs", "table")
 
     def __init__(self, algorithm: Algorithm, name: str, limits: tuple[Limit, ...], specs: tuple[Any, ...]) -> None:
         self.algorithm = algorithm
         self.name = name
         self.limits = limits
         self.specs = specs
+        self.leases = algorithm.uses_leases
         # Where a store keeps this rule's state: the shape of the state depends on the
         # algorithm and on how many limits there are (a quota may change either).
         self.table = f"{name}\x1f{algorithm.name}\x1f{len(limits)}"

@@ -16,7 +16,6 @@ from ratekeeper.limit import Limit
 __all__ = ["FixedWindow"]
 
 _make = Decision.make
-_new = tuple.__new__
 
 
 class FixedWindow(Algorithm):
@@ -79,13 +78,9 @@ class FixedWindow(Algorithm):
             if total <= limit:
                 if cost:
                     state = (window, total)
-                return state, _new(
-                    Decision, (name, limits, True, -1, 0, 0, (limit - total,), (end if total else 0,), None)
-                )
+                return state, Decision((name, limits, True, -1, 0, 0, (limit - total,), (end if total else 0,), None))
             retry = INFINITE if cost > limit else end
-            return state, _new(
-                Decision, (name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None)
-            )
+            return state, Decision((name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None))
 
         return decide_one
 

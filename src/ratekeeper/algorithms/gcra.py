@@ -17,7 +17,6 @@ from ratekeeper.limit import Limit
 __all__ = ["Gcra"]
 
 _make = Decision.make
-_new = tuple.__new__
 
 
 class Gcra(Algorithm):
@@ -93,8 +92,7 @@ class Gcra(Algorithm):
             if cost > cap:
                 ahead = tat - nd
                 remaining = (tau - ahead) // n
-                return state, _new(
-                    Decision,
+                return state, Decision(
                     (
                         name,
                         limits,
@@ -109,17 +107,14 @@ class Gcra(Algorithm):
                 )
             if over <= 0:
                 ahead = new - nd
-                return new, _new(
-                    Decision, (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None)
-                )
+                return new, Decision((name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None))
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
-                return new, _new(Decision, (name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None))
+                return new, Decision((name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None))
             ahead = tat - nd
             remaining = (tau - ahead) // n
-            return state, _new(
-                Decision,
+            return state, Decision(
                 (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None),
             )
 

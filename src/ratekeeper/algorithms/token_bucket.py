@@ -16,7 +16,6 @@ from ratekeeper.limit import Limit
 __all__ = ["TokenBucket"]
 
 _make = Decision.make
-_new = tuple.__new__
 
 
 class TokenBucket(Algorithm):
@@ -106,8 +105,7 @@ class TokenBucket(Algorithm):
                     level = full if elapsed >= -((level - full) // d) else level + elapsed * d
             need = cost * n
             if cost > cap:
-                return state, _new(
-                    Decision,
+                return state, Decision(
                     (
                         name,
                         limits,
@@ -123,8 +121,7 @@ class TokenBucket(Algorithm):
             wait = 0 if level >= need else -((level - need) // d)
             if wait == 0 or (max_wait is not None and wait <= max_wait):
                 level -= need
-                return (level, now), _new(
-                    Decision,
+                return (level, now), Decision(
                     (
                         name,
                         limits,
@@ -137,8 +134,7 @@ class TokenBucket(Algorithm):
                         None,
                     ),
                 )
-            return state, _new(
-                Decision,
+            return state, Decision(
                 (name, limits, False, 0, wait, 0, ((level // n) if level > 0 else 0,), (-((level - full) // d),), None),
             )
 

@@ -15,6 +15,7 @@ state is whole is not stored at all.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 _MISSING: Any = object()
-_monotonic_us = SystemClock.now_us_fast
+_monotonic_ns = time.monotonic_ns
 SWEEP_EVERY_US = 1_000_000
 
 
@@ -117,7 +118,8 @@ class MemoryStore:
         self.stripes = stripes
         self._capacity = max(1, max_keys // (2 * stripes))
         self.clock: Clock = clock or SystemClock()
-        self._now: Callable[[], int] = _monotonic_us if type(self.clock) is SystemClock else self.clock.now_us
+        self._now: Callable[[], int] = self.clock.now_us
+        self._system_clock = type(self.clock) is SystemClock  # read inline on the hot path
         self._tables: dict[str, _Table] = {}
         self._tables_lock = threading.Lock()
         self._next_sweep = self._now() + SWEEP_EVERY_US
@@ -152,9 +154,11 @@ class MemoryStore:
     ) -> Decision:
         table = self._tables.get(plan.table) or self._table(plan)
         stripe = table.stripes[hash(key) & table.mask]
-        with stripe.lock:
+        lock = stripe.lock
+        lock.acquire()
+        try:
             if now is None:
-                now = self._now()
+                now = _monotonic_ns() // 1000 if self._system_clock else self._now()
             young = stripe.young
             state = young.get(key, _MISSING)
             if state is not _MISSING:
@@ -174,6 +178,8 @@ class MemoryStore:
                 if commit and (new is not state or in_old):
                     reset = decision[7]
                     stripe.store(key, new, now, now + (reset[0] if len(reset) == 1 else max(reset)))
+        finally:
+            lock.release()
         if now >= self._next_sweep:
             self._sweep(now)
         return decision
