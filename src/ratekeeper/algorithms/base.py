@@ -52,7 +52,7 @@ def later(a: int, b: int) -> bool:
 class Plan:
     """What an algorithm precomputes for one rule's limits: reused by every decision."""
 
-    __slots__ = ("algorithm", "decide", "leases", "limits", "name", "specs", "table")
+    __slots__ = ("algorithm", "decide", "horizon", "leases", "limits", "name", "specs", "table")
 
     def __init__(self, algorithm: Algorithm, name: str, limits: tuple[Limit, ...], specs: tuple[Any, ...]) -> None:
         self.algorithm = algorithm
@@ -60,6 +60,7 @@ class Plan:
         self.limits = limits
         self.specs = specs
         self.leases = algorithm.uses_leases
+        self.horizon = algorithm.horizon(self)
         # Where a store keeps this rule's state: the shape of the state depends on the
         # algorithm and on how many limits there are (a quota may change either).
         self.table = f"{name}\x1f{algorithm.name}\x1f{len(limits)}"
@@ -114,6 +115,12 @@ class Algorithm(ABC):
     @abstractmethod
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Give back ``cost`` charged earlier (never more than was charged and is still counted)."""
+
+    def horizon(self, plan: Plan) -> int:
+        """Microseconds after which the state written by any decision without a reservation
+        (``max_wait`` unused) is whole again, whatever it was: stores expire idle keys by it.
+        The window algorithms' longest period; the others override."""
+        return max(limit.period_us for limit in plan.limits)
 
     def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
         """Whether a refusal under ``max_wait`` would stay a refusal however long the caller

@@ -61,7 +61,7 @@ class Gcra(Algorithm):
                     if not infinite:
                         denied = i
         allowed = not infinite and wait <= (max_wait or 0)
-        if allowed:
+        if allowed and cost:
             tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
         remaining: list[int] = []
         resets: list[int] = []
@@ -71,7 +71,7 @@ class Gcra(Algorithm):
             resets.append(ceil_div(ahead, d))
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, tuple(remaining), tuple(resets))
-            return (tats[0] if single else tuple(tats)), decision
+            return ((tats[0] if single else tuple(tats)) if cost else state), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
@@ -107,7 +107,9 @@ class Gcra(Algorithm):
                 )
             if over <= 0:
                 ahead = new - nd
-                return new, Decision((name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None))
+                return new if cost else state, Decision(
+                    (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None)
+                )
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
@@ -119,6 +121,10 @@ class Gcra(Algorithm):
             )
 
         return decide_one
+
+    def horizon(self, plan: Plan) -> int:
+        """From empty to full: ``burst * n / d`` µs per limit (a reservation may go further)."""
+        return max(ceil_div(full, d) for _, d, _, full in plan.specs)
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:

@@ -64,7 +64,7 @@ class LeakyBucket(Gcra):
             if need > 0 and not infinite and need > retry:
                 denied, retry = i, need
         allowed = denied < 0
-        if allowed:
+        if allowed and cost:
             tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
         remaining: list[int] = []
         resets: list[int] = []
@@ -74,7 +74,7 @@ class LeakyBucket(Gcra):
             resets.append(ceil_div(ahead, d))
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
-            return (tats[0] if single else tuple(tats)), decision
+            return ((tats[0] if single else tuple(tats)) if cost else state), decision
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
     def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:

@@ -97,6 +97,10 @@ class SlidingWindowCounter(Algorithm):
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return (tuple(new) if charged else state), decision
 
+    def horizon(self, plan: Plan) -> int:
+        """The current window's count weighs until the end of the next window."""
+        return 2 * max(limit.period_us for limit in plan.limits)
+
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:
             return None

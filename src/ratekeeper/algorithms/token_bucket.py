@@ -71,12 +71,15 @@ class TokenBucket(Algorithm):
         allowed = not infinite and wait <= (max_wait or 0)
         if allowed:
             denied = -1
+        if allowed and cost:
             levels = [level - cost * spec[0] for level, spec in zip(levels, specs, strict=True)]
         remaining = tuple(max(0, level // spec[0]) for level, spec in zip(levels, specs, strict=True))
         resets = tuple(
             ceil_div(spec[3] - level, spec[1]) if level < spec[3] else 0
             for level, spec in zip(levels, specs, strict=True)
         )
+        if allowed and not cost:
+            return state, _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
             new: list[int] = []
@@ -121,7 +124,7 @@ class TokenBucket(Algorithm):
             wait = 0 if level >= need else -((level - need) // d)
             if wait == 0 or (max_wait is not None and wait <= max_wait):
                 level -= need
-                return (level, now), Decision(
+                return (level, now) if cost else state, Decision(
                     (
                         name,
                         limits,
@@ -139,6 +142,10 @@ class TokenBucket(Algorithm):
             )
 
         return decide_one
+
+    def horizon(self, plan: Plan) -> int:
+        """From empty to full: ``burst * n / d`` µs per limit (a reservation may go further)."""
+        return max(ceil_div(full, d) for _, d, _, full in plan.specs)
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:

@@ -2,14 +2,20 @@
 
 Keys hash to one of ``stripes`` stripes, each with its own lock, so threads deciding
 for different keys rarely wait on each other and no lock is global. Each stripe keeps
-two generations of keys (plain dicts): every decision writes its key into the young
-one; a key found only in the old one moves to the young one. When the young generation
-is full (``max_keys / (2 * stripes)`` keys) it becomes the old one and the previous old
-one is dropped whole: those are exactly the stripe's least recently used keys, so a
-flood of unique keys never holds more than ``max_keys`` per rule. Idle keys expire
-without a sweep: each generation remembers when its last key will be whole again, and
-at most once a second a generation whose keys are all whole is dropped. A key whose
-state is whole is not stored at all.
+two generations of keys (plain dicts): every write goes to the young one; a key found
+only in the old one moves to the young one when it is written. When the young
+generation is full (``max_keys / (2 * stripes)`` keys) it becomes the old one and the
+previous old one is dropped whole: those are exactly the stripe's least recently used
+keys, so a flood of unique keys never holds more than ``max_keys`` per rule.
+
+Idle keys expire without a sweeper thread and without a per-key timer. Every rule has a
+horizon: the time after which any state it writes is whole again (its longest period,
+or the time a bucket takes to refill). Each generation remembers its last write; once a
+second, on some call, every generation last written more than a horizon ago is dropped
+(all its keys are whole), and an empty old generation takes the young keys, so keys in
+use move back to the young one as they are written and idle ones age out. Reservations
+made by ``acquire`` reach further than the horizon; a generation holding one is kept
+until it passes. A refund or release that leaves a key whole deletes it at once.
 """
 
 from __future__ import annotations
@@ -35,15 +41,17 @@ SWEEP_EVERY_US = 1_000_000
 
 
 class _Stripe:
-    __slots__ = ("capacity", "evicted", "lock", "old", "old_whole", "young", "young_whole")
+    __slots__ = ("capacity", "evicted", "lock", "old", "old_hold", "old_last", "young", "young_hold", "young_last")
 
-    def __init__(self, capacity: int, now: int) -> None:
+    def __init__(self, capacity: int) -> None:
         self.lock = threading.Lock()
         self.capacity = capacity
         self.young: dict[str, Any] = {}
         self.old: dict[str, Any] = {}
-        self.young_whole = now
-        self.old_whole = now
+        self.young_last = 0  # the last write into each generation
+        self.old_last = 0
+        self.young_hold = 0  # the latest reservation in each generation
+        self.old_hold = 0
         self.evicted = 0
 
     def load(self, key: str) -> tuple[Any, bool]:
@@ -54,49 +62,55 @@ class _Stripe:
             return state, state is not None
         return state, False
 
-    def store(self, key: str, state: Any, now: int, whole_at: int) -> None:
+    def store(self, key: str, state: Any, now: int) -> None:
         young = self.young
-        if whole_at <= now or state is None:
-            young.pop(key, None)
-            self.old.pop(key, None)
+        self.young_last = now
+        if key in young:
+            young[key] = state
             return
-        if whole_at > self.young_whole:
-            self.young_whole = whole_at
-        if key not in young:
-            if self.old:
-                self.old.pop(key, None)
-            young[key] = state
-            if len(young) >= self.capacity:
-                self.rotate(now, evict=True)
-        else:
-            young[key] = state
-
-    def expire(self, now: int) -> None:
-        """Drop each generation whose keys are all whole; age the young keys into an empty old
-        generation, from which the ones still used move back on their next write."""
-        if self.old and now >= self.old_whole:
-            self.old = {}
-        if self.young and now >= self.young_whole:
-            self.young = {}
-            self.young_whole = now
-        if not self.old and self.young:
-            self.rotate(now, evict=False)
-
-    def rotate(self, now: int, evict: bool) -> None:
-        if evict:
+        if self.old:
+            self.old.pop(key, None)
+        young[key] = state
+        if len(young) >= self.capacity:
             self.evicted += len(self.old)
+            self.rotate(now)
+
+    def hold(self, until: int) -> None:
+        if until > self.young_hold:
+            self.young_hold = until
+
+    def expire(self, now: int, horizon: int) -> None:
+        """Drop each generation once all of it is whole; set the young one aside."""
+        if self.old and now >= self.old_last + horizon and now >= self.old_hold:
+            self.old = {}
+        if self.young and now >= self.young_last + horizon and now >= self.young_hold:
+            self.young = {}
+            self.young_hold = 0
+        if not self.old and self.young:
+            self.rotate(now)
+
+    def rotate(self, now: int) -> None:
         self.old = self.young
-        self.old_whole = self.young_whole
+        self.old_last = self.young_last
+        self.old_hold = self.young_hold
         self.young = {}
-        self.young_whole = now
+        self.young_hold = 0
 
 
 class _Table:
-    __slots__ = ("mask", "stripes")
+    __slots__ = ("horizon", "mask", "plan", "stripes")
 
-    def __init__(self, stripes: int, capacity: int, now: int) -> None:
+    def __init__(self, stripes: int, capacity: int, plan: Plan) -> None:
         self.mask = stripes - 1
-        self.stripes = [_Stripe(capacity, now) for _ in range(stripes)]
+        self.stripes = [_Stripe(capacity) for _ in range(stripes)]
+        self.plan = plan
+        self.horizon = plan.horizon
+
+    def adopt(self, plan: Plan) -> None:
+        """Another plan writes here (a quota's limits): the horizon covers the longest."""
+        self.plan = plan
+        if plan.horizon > self.horizon:
+            self.horizon = plan.horizon
 
 
 class MemoryStore:
@@ -127,13 +141,14 @@ class MemoryStore:
     # -- plumbing -----------------------------------------------------------------------
 
     def _table(self, plan: Plan) -> _Table:
-        name = plan.table
-        table = self._tables.get(name)
+        table = self._tables.get(plan.table)
         if table is None:
             with self._tables_lock:
-                table = self._tables.get(name)
+                table = self._tables.get(plan.table)
                 if table is None:
-                    table = self._tables[name] = _Table(self.stripes, self._capacity, self._now())
+                    table = self._tables[plan.table] = _Table(self.stripes, self._capacity, plan)
+        if plan is not table.plan:
+            table.adopt(plan)
         return table
 
     def _stripe(self, plan: Plan, key: str) -> _Stripe:
@@ -152,32 +167,30 @@ class MemoryStore:
         now: int | None = None,
         commit: bool = True,
     ) -> Decision:
-        table = self._tables.get(plan.table) or self._table(plan)
+        table = self._tables.get(plan.table)
+        if table is None or plan is not table.plan:
+            table = self._table(plan)
         stripe = table.stripes[hash(key) & table.mask]
         lock = stripe.lock
         lock.acquire()
         try:
             if now is None:
                 now = _monotonic_ns() // 1000 if self._system_clock else self._now()
-            young = stripe.young
-            state = young.get(key, _MISSING)
+            state = stripe.young.get(key, _MISSING)
             if state is not _MISSING:
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
                 if new is not state and commit:
-                    reset = decision[7]
-                    whole_at = now + (reset[0] if len(reset) == 1 else max(reset))
-                    if whole_at > now and new is not None:
-                        young[key] = new
-                        if whole_at > stripe.young_whole:
-                            stripe.young_whole = whole_at
-                    else:
-                        del young[key]
+                    stripe.young[key] = new
+                    stripe.young_last = now
+                    if max_wait and decision[5]:
+                        stripe.hold(now + max(decision[7]))
             else:
                 state, in_old = stripe.load(key)
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
                 if commit and (new is not state or in_old):
-                    reset = decision[7]
-                    stripe.store(key, new, now, now + (reset[0] if len(reset) == 1 else max(reset)))
+                    stripe.store(key, new, now)
+                    if max_wait and decision[5]:
+                        stripe.hold(now + max(decision[7]))
         finally:
             lock.release()
         if now >= self._next_sweep:
@@ -190,7 +203,7 @@ class MemoryStore:
         for table in list(self._tables.values()):
             for stripe in table.stripes:
                 with stripe.lock:
-                    stripe.expire(now)
+                    stripe.expire(now, table.horizon)
 
     def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
         stripes = [self._stripe(plan, key) for plan, key, _, _ in items]
@@ -209,8 +222,8 @@ class MemoryStore:
                 pending[slot] = new
                 results.append((new, decision))
             if all(d[2] for _, d in results):
-                for (_, key, _, _), stripe, (new, decision) in zip(items, stripes, results, strict=True):
-                    stripe.store(key, new, now, now + max(decision[7]))
+                for (_, key, _, _), stripe, (new, _) in zip(items, stripes, results, strict=True):
+                    stripe.store(key, new, now)
             return tuple(d for _, d in results)
         finally:
             for s in reversed(ordered):
@@ -225,9 +238,12 @@ class MemoryStore:
             if state is None:
                 return
             new = plan.algorithm.refund(plan, state, now, cost, lease_id)
-            # A refund only brings the state closer to whole; keep the old expiry bound.
             _, check = plan.decide(new, now, 0, None, None)
-            stripe.store(key, new, now, now + max(check[7]))
+            if max(check[7]) <= 0:  # whole again: nothing worth keeping
+                stripe.young.pop(key, None)
+                stripe.old.pop(key, None)
+            else:
+                stripe.store(key, new, now)
 
     def reset(self, plan: Plan, key: str) -> None:
         stripe = self._stripe(plan, key)
@@ -241,7 +257,7 @@ class MemoryStore:
     # -- introspection ------------------------------------------------------------------
 
     def key_count(self, rule: str | None = None) -> int:
-        """Keys held (for one rule, or all); whole keys are not held."""
+        """Keys held (for one rule, or all); idle keys leave within a horizon and a second or two."""
         tables = [t for n, t in self._tables.items() if rule is None or n.split("\x1f")[0] == rule]
         return sum(len(s.young) + len(s.old) for t in tables for s in t.stripes)
 
