@@ -1,13 +1,19 @@
 """Sliding window log: the times (and costs) of admitted requests.
 
-State: ``(base, times, totals)``: ``times`` ascending, one entry per distinct admission
-time; ``totals[k]`` the cumulative cost admitted up to and including ``times[k]``, and
-``base`` the cumulative cost before ``times[0]``. One log serves every limit of the
-rule; entries older than the longest period are dropped. A request at ``now`` is
-admitted when, for every limit, the cost of entries with ``t > now - period`` plus its
-own cost is at most the count; an entry admitted at ``t`` counts until ``t + period``.
-Exact for any window. The cumulative totals make each limit's usage one binary search,
-so a decision costs O(log n) steps plus one copy of the log.
+A request at ``now`` is admitted when, for every limit, the cost admitted at times
+``t > now - period`` plus its own cost is at most the count: an entry admitted at ``t``
+counts until ``t + period``. One log serves every limit of the rule. Exact for any
+window; memory grows with the count.
+
+State: ``(base, times, totals, start, end)``, a view of two append-only lists:
+``times[start:end]`` are the admission times (ascending) and ``totals[k]`` the
+cumulative cost admitted up to and including entry ``k``; ``base`` is the cumulative
+cost before entry ``start``. Usage in a window is then one binary search. The lists
+are shared between successive states and only ever appended to, so an older state
+(a view ending earlier) still reads exactly what it held: an admission appends in place
+when the state is the newest view of its lists and copies the live entries otherwise.
+Expired entries are skipped by moving ``start`` and compacted away once they are the
+larger part.
 """
 
 from __future__ import annotations
@@ -21,18 +27,19 @@ from ratekeeper.limit import Limit
 __all__ = ["SlidingWindowLog"]
 
 _make = Decision.make
-_EMPTY: tuple[int, tuple[int, ...], tuple[int, ...]] = (0, (), ())
 
 
-def _live(plan: Plan, state: State, now: int) -> tuple[int, tuple[int, ...], tuple[int, ...], int]:
-    """``(base, times, totals, first)``: ``first`` is the oldest entry any limit still counts,
-    ``base`` the cumulative cost before it (entries before it are dropped on the next write)."""
+def _live(plan: Plan, state: State, now: int) -> tuple[int, list[int], list[int], int, int]:
+    """``(base, times, totals, start, end)`` with ``start`` moved past what no limit counts."""
     if state is None:
-        return 0, (), (), 0
-    times: tuple[int, ...] = state[1]
-    totals: tuple[int, ...] = state[2]
-    first = bisect_right(times, now - max(period for _, period in plan.specs))
-    return (totals[first - 1] if first else state[0]), times, totals, first
+        return 0, [], [], 0, 0
+    base: int = state[0]
+    times: list[int] = state[1]
+    totals: list[int] = state[2]
+    start: int = state[3]
+    end: int = state[4]
+    first = bisect_right(times, now - max(period for _, period in plan.specs), start, end)
+    return (totals[first - 1] if first > start else base), times, totals, first, end
 
 
 class SlidingWindowLog(Algorithm):
@@ -50,37 +57,38 @@ class SlidingWindowLog(Algorithm):
         max_wait: int | None = None,
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
-        base, times, totals, live = _live(plan, state, now)
-        total = totals[-1] if totals else base
-        starts: list[int] = []
+        base, times, totals, live, end = _live(plan, state, now)
+        total = totals[end - 1] if end > live else base
+        useds: list[int] = []
         denied = -1
         retry = 0
         for i, (limit, period) in enumerate(plan.specs):
-            first = bisect_right(times, now - period, live)  # oldest entry inside this window
+            first = bisect_right(times, now - period, live, end)  # oldest entry inside this window
             before = totals[first - 1] if first > live else base
             used = total - before
-            starts.append(used)
+            useds.append(used)
             if used + cost > limit:
                 if cost > limit:
                     r = INFINITE
                 else:
                     # The entry whose expiry frees enough: cumulative cost reaches the excess.
-                    k = bisect_left(totals, before + used + cost - limit, first)
+                    k = bisect_left(totals, before + used + cost - limit, first, end)
                     r = times[k] + period - now
                 if denied < 0 or later(r, retry):
                     denied, retry = i, r
+        newest = times[end - 1] if end > live else now
         charged = cost if denied < 0 else 0
-        newest = times[-1] if len(times) > live else now
         if charged:
-            if len(times) > live and newest == now:
-                times, totals = times[live:], (*totals[live:-1], total + cost)
-            else:
-                times, totals = (*times[live:], now), (*totals[live:], total + cost)
-            state = (base, times, totals)
+            if end != len(times) or (live > 32 and 2 * live > end):
+                # Not the newest view of these lists (or mostly expired): copy what is live.
+                times, totals, end, live = times[live:end], totals[live:end], end - live, 0
+            times.append(now)
+            totals.append(total + cost)
+            state = (base, times, totals, live, end + 1)
             newest = now
         remaining: list[int] = []
         resets: list[int] = []
-        for (limit, period), used in zip(plan.specs, starts, strict=True):
+        for (limit, period), used in zip(plan.specs, useds, strict=True):
             in_window = used + charged
             remaining.append(limit - in_window)
             resets.append(newest + period - now if in_window > 0 else 0)
@@ -89,11 +97,13 @@ class SlidingWindowLog(Algorithm):
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""
-        base, times, totals, live = _live(plan, state, now)
-        if len(times) <= live:
+        base, times, totals, live, end = _live(plan, state, now)
+        if end <= live:
             return None
-        target = totals[-1] - cost
+        target = totals[end - 1] - cost
         if target <= base:
             return None
-        k = bisect_left(totals, target, live)  # the first entry whose total reaches the target
-        return base, times[live : k + 1], (*totals[live:k], target)
+        k = bisect_left(totals, target, live, end)  # the first entry whose total reaches the target
+        kept_totals = totals[live:k]
+        kept_totals.append(target)
+        return base, times[live : k + 1], kept_totals, 0, k + 1 - live
