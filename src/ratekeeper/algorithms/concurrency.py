@@ -79,7 +79,8 @@ class Concurrency(Algorithm):
                     denied, retry = i, r
         charged = 0
         if denied < 0 and cost > 0:
-            leases = (*leases, lease_id, now, cost)
+            # Leases stay in order of acquisition even if the clock stepped back.
+            leases = (*leases, lease_id, max(now, leases[-2]) if leases else now, cost)
             charged = cost
         remaining: list[int] = []
         resets: list[int] = []

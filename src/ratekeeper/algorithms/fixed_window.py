@@ -41,6 +41,8 @@ class FixedWindow(Algorithm):
         retry = 0
         for i, (limit, period) in enumerate(specs):
             window = now // period
+            if state is not None and state[2 * i] > window:
+                window = state[2 * i]  # the clock stepped back: stay in the newer window
             count = state[2 * i + 1] if state is not None and state[2 * i] == window else 0
             end = (window + 1) * period - now
             if count + cost > limit:
@@ -72,7 +74,11 @@ class FixedWindow(Algorithm):
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
             window = now // period
-            count = state[1] if state is not None and state[0] == window else 0
+            if state is not None and state[0] >= window:
+                window = state[0]  # the same window, or the clock stepped back: stay in the newer one
+                count = state[1]
+            else:
+                count = 0
             end = (window + 1) * period - now
             total = count + cost
             if total <= limit:
@@ -89,6 +95,6 @@ class FixedWindow(Algorithm):
             return None
         new: list[Any] = list(state)
         for i, (_, period) in enumerate(plan.specs):
-            if new[2 * i] == now // period:
+            if new[2 * i] >= now // period:
                 new[2 * i + 1] = max(0, new[2 * i + 1] - cost)
         return tuple(new)

@@ -25,6 +25,14 @@ def _estimate(prev: int, curr: int, elapsed: int, period: int) -> float:
     return prev * ((period - elapsed) / period) + curr
 
 
+def _window(state: State, i: int, now: int, period: int) -> int:
+    """The current window: ``now``'s, or the stored one if the clock stepped back."""
+    window = now // period
+    if state is not None and state[3 * i] > window:
+        return state[3 * i]  # type: ignore[no-any-return]
+    return window
+
+
 def _counts(state: State, i: int, window: int) -> tuple[int, int]:
     if state is not None:
         w = state[3 * i]
@@ -66,7 +74,7 @@ class SlidingWindowCounter(Algorithm):
         denied = -1
         retry = 0
         for i, (limit, period) in enumerate(specs):
-            window = now // period
+            window = _window(state, i, now, period)
             prev, curr = _counts(state, i, window)
             start = window * period
             estimate = _estimate(prev, curr, now - start, period)
@@ -106,7 +114,7 @@ class SlidingWindowCounter(Algorithm):
             return None
         new: list[int] = []
         for i, (_, period) in enumerate(plan.specs):
-            window = now // period
+            window = _window(state, i, now, period)
             prev, curr = _counts(state, i, window)
             new += (window, prev, max(0, curr - cost))
         return tuple(new)

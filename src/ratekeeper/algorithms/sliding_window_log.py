@@ -82,10 +82,11 @@ class SlidingWindowLog(Algorithm):
             if end != len(times) or (live > 32 and 2 * live > end):
                 # Not the newest view of these lists (or mostly expired): copy what is live.
                 times, totals, end, live = times[live:end], totals[live:end], end - live, 0
-            times.append(now)
+            # A clock that stepped back must not break the order: the entry then counts a little longer.
+            newest = now if now > newest or end == live else newest
+            times.append(newest)
             totals.append(total + cost)
             state = (base, times, totals, live, end + 1)
-            newest = now
         remaining: list[int] = []
         resets: list[int] = []
         for (limit, period), used in zip(plan.specs, useds, strict=True):

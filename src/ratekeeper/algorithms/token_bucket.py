@@ -83,8 +83,9 @@ class TokenBucket(Algorithm):
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
             new: list[int] = []
-            for level in levels:
-                new += (level, now)
+            for i, level in enumerate(levels):
+                # A clock that stepped back never moves the refill point back (no double refill).
+                new += (level, now if state is None or now > state[2 * i + 1] else state[2 * i + 1])
             return tuple(new), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, remaining, resets)
@@ -101,11 +102,13 @@ class TokenBucket(Algorithm):
         ) -> tuple[State, Decision]:
             if state is None:
                 level = full
+                last = now
             else:
                 level, last = state
                 elapsed = now - last
                 if elapsed > 0:
                     level = full if elapsed >= -((level - full) // d) else level + elapsed * d
+                    last = now
             need = cost * n
             if cost > cap:
                 return state, Decision(
@@ -124,7 +127,7 @@ class TokenBucket(Algorithm):
             wait = 0 if level >= need else -((level - need) // d)
             if wait == 0 or (max_wait is not None and wait <= max_wait):
                 level -= need
-                return (level, now) if cost else state, Decision(
+                return (level, last) if cost else state, Decision(
                     (
                         name,
                         limits,
@@ -152,5 +155,6 @@ class TokenBucket(Algorithm):
             return None
         new: list[int] = []
         for i, (n, d, _, full) in enumerate(plan.specs):
-            new += (min(full, self._level(state, i, now, d, full) + cost * n), now)
+            last = state[2 * i + 1]
+            new += (min(full, self._level(state, i, now, d, full) + cost * n), now if now > last else last)
         return tuple(new)
