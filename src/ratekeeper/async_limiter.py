@@ -1,4 +1,9 @@
-"""``AsyncLimiter``: the asyncio API; the same decisions and flows as ``Limiter``."""
+"""``AsyncLimiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+
+This module is the source of ``limiter.py``: ``tools/unasync.py`` writes the blocking
+``Limiter`` from it (``async def`` → ``def``, no ``await``, ``run_async`` → ``run_sync``),
+and a test fails when the two differ. Edit this one, then run ``python tools/unasync.py``.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +28,8 @@ from ratekeeper.decorator import limit_decorator
 from ratekeeper.flows import Decide, Refund, acquire_flow, run_async
 from ratekeeper.lease import AsyncLease
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
-from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
-from ratekeeper.stores.url import open_store
+from ratekeeper.stores.base import AsyncStore, Store
+from ratekeeper.stores.url import open_async_store
 
 __all__ = ["AsyncLimiter"]
 
@@ -32,22 +37,28 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class AsyncLimiter:
-    """The asyncio twin of ``Limiter``: every method that talks to the store is awaited.
+    """Decides, for a rule, a key and a cost, whether a request may proceed.
 
-    ``async with AsyncLimiter("memory://") as limiter:`` closes the store on exit.
+    ``AsyncLimiter("memory://")`` (the default) keeps state in this process; any store
+    object is accepted too. ``clock`` replaces the monotonic clock of the memory store and
+    of every wait (``ratekeeper.testing.FakeClock`` in tests). Use it as a context manager
+    to close the store on exit.
     """
 
     def __init__(
-        self, store: str | Store | AsyncStore = "memory://", *, clock: Clock | None = None, **options: Any
+        self, store: str | AsyncStore | Store = "memory://", *, clock: Clock | None = None, **options: Any
     ) -> None:
         if clock is not None:
             options["clock"] = clock
-        opened: Any = open_store(store, **options) if isinstance(store, str) else store
-        self.store: AsyncStore = opened if hasattr(opened, "aclose") else InProcessAsync(opened)
+        self.store: AsyncStore = open_async_store(store, **options)
         self.clock: Clock = getattr(self.store, "clock", None) or clock or SystemClock()
+        self._store_decide = self.store.decide
 
     async def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
-        """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits."""
+        """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits.
+
+        ``now`` (µs on the store's clock) is for tests and the conformance suite.
+        """
         if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
             raise bad_call(rule, key, cost)
         try:
@@ -56,8 +67,7 @@ class AsyncLimiter:
             raise bad_call(rule, key, cost) from None
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        lease = new_lease_id() if plan.algorithm.uses_leases else None
-        return await self.store.decide(plan, key, cost, None, lease, now)
+        return await self._store_decide(plan, key, cost, None, new_lease_id() if plan.leases else None, now)
 
     async def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """What ``try_acquire`` would answer, without charging anything."""
@@ -70,14 +80,16 @@ class AsyncLimiter:
     async def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
 
-        Cancelled while waiting on a reservation, it gives the reservation back.
+        Token bucket, GCRA and leaky bucket reserve the next free slot in one call and
+        sleep until it: first come, first served across every process sharing the store.
+        Interrupted or cancelled while sleeping, it gives the reservation back.
         """
         check(rule, key, cost)
         check_timeout(timeout)
         plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        lease = new_lease_id() if plan.algorithm.uses_leases else None
+        lease = new_lease_id() if plan.leases else None
         flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
         return await run_async(flow, self._decide, self._refund, self.clock)
 
@@ -106,7 +118,11 @@ class AsyncLimiter:
             await self.store.reset(plan, key)
 
     def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> AsyncLease:
-        """``async with limiter.lease(rule, key):`` holds a concurrency lease for the block."""
+        """A context manager holding a concurrency lease for its block.
+
+        Waits up to ``timeout`` seconds for a free slot (0: do not wait), else raises
+        ``RateLimitExceeded``; the lease is released on exit.
+        """
         require_leases(rule)
         return AsyncLease(self, rule, key, cost, timeout)
 
@@ -118,7 +134,11 @@ class AsyncLimiter:
         cost: int | Callable[..., int] = 1,
         wait: float | None = None,
     ) -> Callable[[F], F]:
-        """Decorate an async function so each call is charged to ``rule``."""
+        """Decorate a function so each call is charged to ``rule`` (see ``limit_decorator``).
+
+        ``key`` and ``cost`` are constants or callables given the call's arguments. A refused
+        call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
+        """
         return limit_decorator(self, rule, key, cost, wait, is_async_limiter=True)
 
     async def _decide(self, op: Decide) -> Decision:

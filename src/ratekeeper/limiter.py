@@ -1,11 +1,15 @@
-"""``Limiter``: the blocking API."""
+"""``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+
+Generated from ``async_limiter.py`` by ``tools/unasync.py``: do not edit; edit that file
+and run ``python tools/unasync.py``.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from ratekeeper.clock import Clock
+from ratekeeper.clock import Clock, SystemClock
 from ratekeeper.core import (
     bad_call,
     batch_items,
@@ -34,19 +38,18 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Limiter:
     """Decides, for a rule, a key and a cost, whether a request may proceed.
 
-    ``Limiter("memory://")`` (the default) keeps state in this process;
-    ``Limiter(store)`` accepts any ``Store``. ``clock`` replaces the monotonic clock of
-    the memory store and of every wait (``ratekeeper.testing.FakeClock`` in tests).
+    ``Limiter("memory://")`` (the default) keeps state in this process; any store
+    object is accepted too. ``clock`` replaces the monotonic clock of the memory store and
+    of every wait (``ratekeeper.testing.FakeClock`` in tests). Use it as a context manager
+    to close the store on exit.
     """
 
     def __init__(self, store: str | Store = "memory://", *, clock: Clock | None = None, **options: Any) -> None:
         if clock is not None:
             options["clock"] = clock
         self.store: Store = open_store(store, **options)
+        self.clock: Clock = getattr(self.store, "clock", None) or clock or SystemClock()
         self._store_decide = self.store.decide
-        self.clock: Clock = getattr(self.store, "clock", None) or clock or _system_clock()
-
-    # -- deciding -----------------------------------------------------------------------
 
     def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits.
@@ -76,16 +79,16 @@ class Limiter:
 
         Token bucket, GCRA and leaky bucket reserve the next free slot in one call and
         sleep until it: first come, first served across every process sharing the store.
+        Interrupted or cancelled while sleeping, it gives the reservation back.
         """
         check(rule, key, cost)
         check_timeout(timeout)
         plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        lease = new_lease_id() if plan.algorithm.uses_leases else None
-        return run_sync(
-            acquire_flow(plan, key, cost, timeout, self.clock, lease), self._decide, self._refund, self.clock
-        )
+        lease = new_lease_id() if plan.leases else None
+        flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
+        return run_sync(flow, self._decide, self._refund, self.clock)
 
     def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
@@ -111,10 +114,8 @@ class Limiter:
         if plan is not None:
             self.store.reset(plan, key)
 
-    # -- conveniences -------------------------------------------------------------------
-
     def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> Lease:
-        """A context manager holding a concurrency lease: ``with limiter.lease(rule, key):``.
+        """A context manager holding a concurrency lease for its block.
 
         Waits up to ``timeout`` seconds for a free slot (0: do not wait), else raises
         ``RateLimitExceeded``; the lease is released on exit.
@@ -130,7 +131,7 @@ class Limiter:
         cost: int | Callable[..., int] = 1,
         wait: float | None = None,
     ) -> Callable[[F], F]:
-        """Decorate a function so each call is charged to ``rule`` (sync and async functions).
+        """Decorate a function so each call is charged to ``rule`` (see ``limit_decorator``).
 
         ``key`` and ``cost`` are constants or callables given the call's arguments. A refused
         call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
@@ -151,9 +152,3 @@ class Limiter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _system_clock() -> Clock:
-    from ratekeeper.clock import SystemClock
-
-    return SystemClock()

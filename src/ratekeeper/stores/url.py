@@ -6,9 +6,9 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.stores.base import Store
+from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
 
-__all__ = ["SCHEMES", "open_store"]
+__all__ = ["SCHEMES", "open_async_store", "open_store"]
 
 SCHEMES = ("memory",)
 _PLANNED = ("redis", "rediss", "valkey", "unix", "redis+sentinel", "redis+cluster", "postgresql", "postgres")
@@ -47,3 +47,9 @@ def open_store(url: str | Store, **options: Any) -> Store:
     if scheme in _PLANNED:
         raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
     raise ConfigurationError(f"unknown store URL {url!r}; expected memory:// (or a Store object)")
+
+
+def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStore:
+    """``open_store`` for ``AsyncLimiter``: a store without I/O (memory) runs on the loop directly."""
+    opened: Any = open_store(url, **options) if isinstance(url, str) else url
+    return opened if hasattr(opened, "aclose") else InProcessAsync(opened)
