@@ -59,6 +59,7 @@ class AsyncLimiter:
 
         ``now`` (µs on the store's clock) is for tests and the conformance suite.
         """
+        # ``core.check`` written inline (the rule is checked by its attribute): the hot path.
         if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
             raise bad_call(rule, key, cost)
         try:

@@ -63,8 +63,9 @@ def plan_for(rule: Rule, key: str) -> Plan | None:
 
 
 def check(rule: Any, key: Any, cost: Any) -> None:
+    """Refuse a call whose rule, key or cost is not acceptable (``try_acquire`` inlines it)."""
     if (
-        type(rule) is not Rule
+        not isinstance(rule, Rule)
         or type(key) is not str
         or not key
         or len(key) > MAX_KEY_LENGTH
