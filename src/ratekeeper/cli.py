@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from collections.abc import Sequence
 
@@ -45,7 +46,9 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _run_check(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise RateKeeperError(f"--repeat must be at least 1, got {args.repeat}")
-    every_us = parse_duration(args.every) if args.every.strip() not in ("0", "0s") else 0
+    every_us = (
+        0 if re.fullmatch(r"\s*0+(\.0*)?\s*[a-zµ]*\s*", args.every, re.IGNORECASE) else parse_duration(args.every)
+    )
     rule = Rule(args.name, args.limit, args.algorithm, burst=args.burst)
     simulated = args.store.startswith("memory:")
     clock = FakeClock() if simulated else None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable
 from itertools import count
@@ -43,6 +44,8 @@ def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
         return InvalidRequest(f"expected a Rule, got {type(rule).__name__} {rule!r}")
     if not isinstance(key, str):
         return InvalidRequest(f"key must be a str, got {type(key).__name__} {key!r}")
+    if type(key) is not str:
+        return InvalidRequest(f"key must be a plain str, got {type(key).__name__} {key!r}; pass str(key)")
     if not key:
         return InvalidRequest("key must not be empty; use a constant such as '*' for a global limit")
     if len(key) > MAX_KEY_LENGTH:
@@ -75,9 +78,13 @@ def check(rule: Any, key: Any, cost: Any) -> None:
         raise bad_call(rule, key, cost)
 
 
-def check_timeout(timeout: float | None) -> None:
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0):
+def check_timeout(timeout: float | None) -> float | None:
+    """The timeout to use: None (or ``inf``) waits as long as it takes; NaN and negatives are refused."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
         raise InvalidRequest(f"timeout must be None (wait as long as it takes) or seconds >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else timeout
 
 
 def resolve_items(items: Iterable[Any]) -> Resolved:

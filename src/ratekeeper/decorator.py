@@ -18,7 +18,7 @@ __all__ = ["limit_decorator"]
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _resolver(value: Any, what: str) -> Callable[..., Any]:
+def _resolver(value: Any) -> Callable[..., Any]:
     if callable(value):
         return value  # type: ignore[no-any-return]
     return lambda *args, **kwargs: value
@@ -38,8 +38,8 @@ def limit_decorator(
     if not isinstance(rule, Rule):
         raise ConfigurationError(f"limit() needs a Rule, got {rule!r}")
     check_timeout(wait)
-    key_of = _resolver(key, "key")
-    cost_of = _resolver(cost, "cost")
+    key_of = _resolver(key)
+    cost_of = _resolver(cost)
 
     def decorate(func: F) -> F:
         is_coroutine = inspect.iscoroutinefunction(func)
@@ -74,10 +74,18 @@ def limit_decorator(
                 limiter.acquire(rule, k, c, timeout=wait)
 
         if is_coroutine:
+            # A coroutine must not block its loop while it waits: it waits through an
+            # AsyncLimiter over the same store.
+            from ratekeeper.async_limiter import AsyncLimiter
+
+            waiter = AsyncLimiter(limiter.store) if wait is not None else None
 
             @functools.wraps(func)
             async def limited_coroutine(*args: Any, **kwargs: Any) -> Any:
-                charge(args, kwargs)
+                if waiter is None:
+                    charge(args, kwargs)
+                else:
+                    await waiter.acquire(rule, key_of(*args, **kwargs), cost_of(*args, **kwargs), timeout=wait)
                 return await func(*args, **kwargs)
 
             return limited_coroutine  # type: ignore[return-value]

@@ -7,7 +7,7 @@
     │   └── InvalidLimit                        a limit string or value cannot be used
     ├── InvalidRequest (also ValueError)        a call's key or cost is wrong
     ├── RateLimitExceeded                       acquire() / a decorator was refused
-    ├── LeaseError                              a lease is unknown or already released
+    ├── LeaseError                              a Lease object is misused (entered twice)
     └── StoreError                              the store failed (the cause is chained)
         └── StoreTimeout                        the store did not answer in time
 
@@ -51,7 +51,9 @@ class InvalidRequest(RateKeeperError, ValueError):
 
 
 class LeaseError(RateKeeperError):
-    """A concurrency lease is unknown, expired or already released."""
+    """A ``Lease`` is misused: entered while held, or its id asked before it was granted.
+
+    Releasing a lease that has expired (or was released) is harmless and raises nothing."""
 
 
 class StoreError(RateKeeperError):

@@ -30,10 +30,15 @@ class _LeaseBase:
             raise LeaseError("this lease has not been acquired")
         return self.decision.lease_id
 
+    def _check_free(self) -> None:
+        if self.decision is not None and not self.released:
+            raise LeaseError("this lease is already held: leave its block before entering it again")
+
     def _granted(self, decision: Decision) -> None:
         if not decision.allowed:
             raise RateLimitExceeded(decision)
         self.decision = decision
+        self.released = False
 
     def _take_for_release(self) -> str | None:
         if self.decision is None or self.released or self.decision.lease_id is None:
@@ -55,6 +60,7 @@ class Lease(_LeaseBase):
         self._limiter = limiter
 
     def __enter__(self) -> Lease:
+        self._check_free()
         if self.timeout == 0:
             self._granted(self._limiter.try_acquire(self.rule, self.key, self.cost))
         else:
@@ -78,6 +84,7 @@ class AsyncLease(_LeaseBase):
         self._limiter = limiter
 
     async def __aenter__(self) -> AsyncLease:
+        self._check_free()
         if self.timeout == 0:
             self._granted(await self._limiter.try_acquire(self.rule, self.key, self.cost))
         else:

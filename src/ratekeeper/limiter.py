@@ -80,10 +80,11 @@ class Limiter:
 
         Token bucket, GCRA and leaky bucket reserve the next free slot in one call and
         sleep until it: first come, first served across every process sharing the store.
-        Interrupted or cancelled while sleeping, it gives the reservation back.
+        Interrupted or cancelled while sleeping, it gives the reservation back. The decision
+        returned tells the ``delay`` it waited.
         """
         check(rule, key, cost)
-        check_timeout(timeout)
+        timeout = check_timeout(timeout)
         plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)

@@ -7,8 +7,9 @@ key). A request never waits for it:
 - until the first answer for a key, the rule's own limits (the failsafe) apply;
 - answers are cached for ``ttl`` seconds; a stale answer keeps serving while one
   background refresh runs;
-- when the provider fails (raises, times out, answers nonsense) the last good answer
-  stays, and the next try waits ``retry_after_error`` seconds;
+- when the provider fails (raises or answers nonsense) the last good answer stays, and
+  the next try waits ``retry_after_error`` seconds (a provider should bound its own
+  calls with a timeout: a hung call holds one of ``max_pending`` slots);
 - the cache holds at most ``max_keys`` keys (least recently used dropped first) and at
   most ``max_pending`` lookups run at once, so a flood of unknown ids costs bounded
   memory and bounded load on the provider.
@@ -203,6 +204,12 @@ class Quota:
             limits = _parse_answer(answer)
         except Exception as exc:  # noqa: BLE001 - any provider failure keeps the last answer
             self._failed(key, exc)
+        except BaseException:
+            # Cancelled (its loop shut down): not pending any more, asked again next time.
+            with self._lock:
+                self._pending.pop(key, None)
+                self._idle.notify_all()
+            raise
         else:
             self._answered(key, limits)
 

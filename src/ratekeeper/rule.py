@@ -29,7 +29,7 @@ class Rule:
     used until the provider's first answer.
     """
 
-    __slots__ = ("_hash", "_plan", "algorithm", "burst", "limits", "name", "quota")
+    __slots__ = ("_hash", "_plan", "_plans", "algorithm", "burst", "limits", "name", "quota")
 
     name: str
     limits: tuple[Limit, ...]
@@ -37,6 +37,7 @@ class Rule:
     burst: int | None
     quota: Quota | None
     _plan: Plan
+    _plans: dict[tuple[Limit, ...], Plan]
     _hash: int
 
     def __init__(
@@ -52,7 +53,14 @@ class Rule:
 
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"a rule needs a non-empty name, got {name!r}")
-        items: list[Any] = [limits] if isinstance(limits, str | Limit) else list(limits)
+        if isinstance(limits, str | Limit):
+            items: list[Any] = [limits]
+        elif isinstance(limits, Iterable):
+            items = list(limits)
+        else:
+            raise ConfigurationError(
+                f"rule {name!r}: limits must be a limit string, a Limit or a list of them, got {limits!r}"
+            )
         if not items:
             raise ConfigurationError(f"rule {name!r} has no limits; give at least one, e.g. limits=['20/minute']")
         if burst is not None and (type(burst) is not int or burst < 1):
@@ -66,6 +74,7 @@ class Rule:
         set_(self, "burst", burst)
         set_(self, "quota", quota)
         set_(self, "_plan", algo.plan(name, parsed))
+        set_(self, "_plans", {})
         set_(self, "_hash", hash((name, parsed, algo.name)))
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -88,10 +97,16 @@ class Rule:
         return self._plan
 
     def plan_for(self, limits: tuple[Limit, ...]) -> Plan:
-        """The plan for other limits under this rule's algorithm (dynamic quotas)."""
+        """The plan for other limits under this rule's algorithm (dynamic quotas), reused per limits."""
         if limits == self.limits:
             return self._plan
-        return self._plan.algorithm.plan(self.name, limits)
+        plan = self._plans.get(limits)
+        if plan is None:
+            plan = self._plan.algorithm.plan(self.name, limits)
+            if len(self._plans) >= 1024:  # quota tiers are few; a bound all the same
+                self._plans.clear()
+            self._plans[limits] = plan
+        return plan
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r}, limits={[str(x) for x in self.limits]!r}, algorithm={self.algorithm!r})"

@@ -61,9 +61,10 @@ class Plan:
         self.specs = specs
         self.leases = algorithm.uses_leases
         self.horizon = algorithm.horizon(self)
-        # Where a store keeps this rule's state: the shape of the state depends on the
-        # algorithm and on how many limits there are (a quota may change either).
-        self.table = f"{name}\x1f{algorithm.name}\x1f{len(limits)}"
+        # Where a store keeps this rule's state: a key whose limits change (a new quota) keeps
+        # its state when the state means the same under the new limits, and starts afresh
+        # when it would not (see ``Algorithm.scale``).
+        self.table = "\x1f".join([name, algorithm.name, *map(str, algorithm.scale(self))])
         self.decide: Decider = algorithm.compile(self)
 
     def __repr__(self) -> str:
@@ -115,6 +116,12 @@ class Algorithm(ABC):
     @abstractmethod
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Give back ``cost`` charged earlier (never more than was charged and is still counted)."""
+
+    def scale(self, plan: Plan) -> tuple[Any, ...]:
+        """What the meaning of a stored state depends on besides the algorithm: states written
+        under plans of equal scale are read alike. The window algorithms number windows by
+        period, so: every period."""
+        return tuple(limit.period_us for limit in plan.limits)
 
     def horizon(self, plan: Plan) -> int:
         """Microseconds after which the state written by any decision without a reservation

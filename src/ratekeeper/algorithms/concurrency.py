@@ -27,6 +27,10 @@ class Concurrency(Algorithm):
     def spec(self, name: str, limit: Limit) -> tuple[int, int]:
         return limit.count, limit.period_us
 
+    def scale(self, plan: Plan) -> tuple[Any, ...]:
+        """Absolute times and costs: a state means the same under any limits."""
+        return ()
+
     @staticmethod
     def _live(plan: Plan, state: State, now: int) -> tuple[Any, ...]:
         if not state:

@@ -10,6 +10,8 @@ the same meter), in one number.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, ceil_div, rational_spec
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -121,6 +123,10 @@ class Gcra(Algorithm):
             )
 
         return decide_one
+
+    def scale(self, plan: Plan) -> tuple[Any, ...]:
+        """Times (or levels) are counted in units of ``1/d`` µs (or ``n`` per token) per limit."""
+        return tuple((n, d) for n, d, _, _ in plan.specs)
 
     def horizon(self, plan: Plan) -> int:
         """From empty to full: ``burst * n / d`` µs per limit (a reservation may go further)."""

@@ -19,6 +19,7 @@ larger part.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from typing import Any
 
 from ratekeeper.algorithms.base import Algorithm, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
@@ -47,6 +48,10 @@ class SlidingWindowLog(Algorithm):
 
     def spec(self, name: str, limit: Limit) -> tuple[int, int]:
         return limit.count, limit.period_us
+
+    def scale(self, plan: Plan) -> tuple[Any, ...]:
+        """Absolute times and costs: a state means the same under any limits."""
+        return ()
 
     def decide(
         self,

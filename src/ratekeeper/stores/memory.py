@@ -14,7 +14,7 @@ or the time a bucket takes to refill). Each generation remembers its last write;
 second, on some call, every generation last written more than a horizon ago is dropped
 (all its keys are whole), and an empty old generation takes the young keys, so keys in
 use move back to the young one as they are written and idle ones age out. Reservations
-made by ``acquire`` reach further than the horizon; a generation holding one is kept
+made by ``acquire`` reach further than the horizon; a stripe holding one drops nothing
 until it passes. A refund or release that leaves a key whole deletes it at once.
 """
 
@@ -41,7 +41,7 @@ SWEEP_EVERY_US = 1_000_000
 
 
 class _Stripe:
-    __slots__ = ("capacity", "evicted", "lock", "old", "old_hold", "old_last", "young", "young_hold", "young_last")
+    __slots__ = ("capacity", "evicted", "hold", "lock", "old", "old_last", "young", "young_last")
 
     def __init__(self, capacity: int) -> None:
         self.lock = threading.Lock()
@@ -50,8 +50,7 @@ class _Stripe:
         self.old: dict[str, Any] = {}
         self.young_last = 0  # the last write into each generation
         self.old_last = 0
-        self.young_hold = 0  # the latest reservation in each generation
-        self.old_hold = 0
+        self.hold = 0  # the end of the latest reservation made in this stripe
         self.evicted = 0
 
     def load(self, key: str) -> tuple[Any, bool]:
@@ -75,39 +74,42 @@ class _Stripe:
             self.evicted += len(self.old)
             self.rotate(now)
 
-    def hold(self, until: int) -> None:
-        if until > self.young_hold:
-            self.young_hold = until
+    def reserve(self, until: int) -> None:
+        """A reservation reaches ``until``: nothing in this stripe expires before then."""
+        if until > self.hold:
+            self.hold = until
 
     def expire(self, now: int, horizon: int) -> None:
         """Drop each generation once all of it is whole; set the young one aside."""
-        if self.old and now >= self.old_last + horizon and now >= self.old_hold:
-            self.old = {}
-        if self.young and now >= self.young_last + horizon and now >= self.young_hold:
-            self.young = {}
-            self.young_hold = 0
+        if now >= self.hold:
+            if self.old and now >= self.old_last + horizon:
+                self.old = {}
+            if self.young and now >= self.young_last + horizon:
+                self.young = {}
         if not self.old and self.young:
             self.rotate(now)
 
     def rotate(self, now: int) -> None:
         self.old = self.young
         self.old_last = self.young_last
-        self.old_hold = self.young_hold
         self.young = {}
-        self.young_hold = 0
 
 
 class _Table:
-    __slots__ = ("horizon", "mask", "plan", "stripes")
+    """The keys of one rule whose states read alike (``Plan.table``)."""
+
+    __slots__ = ("horizon", "mask", "name", "plan", "stripes")
 
     def __init__(self, stripes: int, capacity: int, plan: Plan) -> None:
         self.mask = stripes - 1
         self.stripes = [_Stripe(capacity) for _ in range(stripes)]
+        self.name = plan.name
         self.plan = plan
         self.horizon = plan.horizon
 
     def adopt(self, plan: Plan) -> None:
-        """Another plan writes here (a quota's limits): the horizon covers the longest."""
+        """Another plan writes here (a quota's limits): the horizon covers the longest.
+        Called with the store's table lock held, so the horizon only ever grows."""
         self.plan = plan
         if plan.horizon > self.horizon:
             self.horizon = plan.horizon
@@ -142,13 +144,13 @@ class MemoryStore:
 
     def _table(self, plan: Plan) -> _Table:
         table = self._tables.get(plan.table)
-        if table is None:
+        if table is None or plan is not table.plan:
             with self._tables_lock:
                 table = self._tables.get(plan.table)
                 if table is None:
                     table = self._tables[plan.table] = _Table(self.stripes, self._capacity, plan)
-        if plan is not table.plan:
-            table.adopt(plan)
+                elif plan is not table.plan:
+                    table.adopt(plan)
         return table
 
     def _stripe(self, plan: Plan, key: str) -> _Stripe:
@@ -183,14 +185,14 @@ class MemoryStore:
                     stripe.young[key] = new
                     stripe.young_last = now
                     if max_wait and decision[5]:
-                        stripe.hold(now + max(decision[7]))
+                        stripe.reserve(now + max(decision[7]))
             else:
                 state, in_old = stripe.load(key)
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
                 if commit and (new is not state or in_old):
-                    stripe.store(key, new, now)
                     if max_wait and decision[5]:
-                        stripe.hold(now + max(decision[7]))
+                        stripe.reserve(now + max(decision[7]))
+                    stripe.store(key, new, now)
         finally:
             lock.release()
         if now >= self._next_sweep:
@@ -200,7 +202,7 @@ class MemoryStore:
     def _sweep(self, now: int) -> None:
         """At most once a second: let every stripe of every rule drop what is whole."""
         self._next_sweep = now + SWEEP_EVERY_US
-        for table in list(self._tables.values()):
+        for table in self._snapshot():
             for stripe in table.stripes:
                 with stripe.lock:
                     stripe.expire(now, table.horizon)
@@ -213,21 +215,28 @@ class MemoryStore:
         try:
             if now is None:
                 now = self._now()
+            loaded: dict[tuple[int, str], tuple[Any, bool]] = {}
             pending: dict[tuple[int, str], Any] = {}
-            results: list[tuple[Any, Decision]] = []
+            decisions: list[Decision] = []
             for (plan, key, cost, lease_id), stripe in zip(items, stripes, strict=True):
                 slot = (id(stripe), key)
-                state = pending[slot] if slot in pending else stripe.load(key)[0]
-                new, decision = plan.decide(state, now, cost, None, lease_id)
-                pending[slot] = new
-                results.append((new, decision))
-            if all(d[2] for _, d in results):
-                for (_, key, _, _), stripe, (new, _) in zip(items, stripes, results, strict=True):
-                    stripe.store(key, new, now)
-            return tuple(d for _, d in results)
+                if slot not in loaded:
+                    loaded[slot] = stripe.load(key)
+                    pending[slot] = loaded[slot][0]
+                pending[slot], decision = plan.decide(pending[slot], now, cost, None, lease_id)
+                decisions.append(decision)
+            if all(d[2] for d in decisions):
+                for (_, key, _, _), stripe in zip(items, stripes, strict=True):
+                    slot = (id(stripe), key)
+                    state, in_old = loaded.pop(slot, (None, False))
+                    if slot in pending and (pending[slot] is not state or in_old):
+                        stripe.store(key, pending.pop(slot), now)
         finally:
             for s in reversed(ordered):
                 s.lock.release()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        return tuple(decisions)
 
     def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
         stripe = self._stripe(plan, key)
@@ -258,10 +267,14 @@ class MemoryStore:
 
     def key_count(self, rule: str | None = None) -> int:
         """Keys held (for one rule, or all); idle keys leave within a horizon and a second or two."""
-        tables = [t for n, t in self._tables.items() if rule is None or n.split("\x1f")[0] == rule]
+        tables = [t for t in self._snapshot() if rule is None or t.name == rule]
         return sum(len(s.young) + len(s.old) for t in tables for s in t.stripes)
 
     @property
     def evicted(self) -> int:
         """Keys dropped by the ``max_keys`` bound (not by expiry) so far."""
-        return sum(s.evicted for t in self._tables.values() for s in t.stripes)
+        return sum(s.evicted for t in self._snapshot() for s in t.stripes)
+
+    def _snapshot(self) -> list[_Table]:
+        with self._tables_lock:
+            return list(self._tables.values())

@@ -24,9 +24,13 @@ def _int_option(name: str, value: Any) -> int:
 def open_store(url: str | Store, **options: Any) -> Store:
     """Open the store that ``url`` names; keyword options override URL query options.
 
-    ``memory://?max_keys=100000&stripes=64``.
+    ``memory://?max_keys=100000&stripes=64``; ``clock=`` only as a keyword.
     """
     if not isinstance(url, str):
+        if options:
+            raise ConfigurationError(
+                f"options {sorted(options)} apply to a store URL; configure the store object itself instead"
+            )
         return url
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -34,15 +38,14 @@ def open_store(url: str | Store, **options: Any) -> Store:
         from ratekeeper.stores.memory import MemoryStore
 
         query: dict[str, Any] = dict(parse_qsl(parts.query))
-        query.update(options)
-        unknown = set(query) - {"max_keys", "stripes", "clock"}
+        unknown = (set(query) - {"max_keys", "stripes"}) | (set(options) - {"max_keys", "stripes", "clock"})
         if unknown:
             raise ConfigurationError(
-                f"unknown option(s) {sorted(unknown)} for memory://; accepted: max_keys, stripes, clock"
+                f"unknown option(s) {sorted(unknown)} for memory://; accepted: max_keys, stripes "
+                "(in the URL or as keywords) and clock (as a keyword)"
             )
-        kwargs: dict[str, Any] = {k: _int_option(k, v) for k, v in query.items() if k != "clock"}
-        if "clock" in query:
-            kwargs["clock"] = query["clock"]
+        kwargs: dict[str, Any] = {k: _int_option(k, v) for k, v in query.items()}
+        kwargs.update(options)
         return MemoryStore(**kwargs)
     if scheme in _PLANNED:
         raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
@@ -51,5 +54,5 @@ def open_store(url: str | Store, **options: Any) -> Store:
 
 def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStore:
     """``open_store`` for ``AsyncLimiter``: a store without I/O (memory) runs on the loop directly."""
-    opened: Any = open_store(url, **options) if isinstance(url, str) else url
+    opened: Any = url if hasattr(url, "aclose") and not options else open_store(url, **options)  # type: ignore[arg-type]
     return opened if hasattr(opened, "aclose") else InProcessAsync(opened)
