@@ -23,7 +23,11 @@ UNLIMITED_REMAINING = sys.maxsize
 
 @dataclass(frozen=True, slots=True)
 class LimitStats:
-    """The state of one limit of a rule after a decision."""
+    """The state of one limit of a rule after a decision.
+
+    ``denied`` marks the limit named by ``Decision.denied_by`` (the refusing limit that
+    frees up last); another limit may refuse as well, which its ``remaining`` shows.
+    """
 
     limit: Limit
     remaining: int
@@ -197,8 +201,9 @@ class Decision(tuple[Any, ...]):
 class BatchDecision:
     """The answer of ``try_acquire_many``: truthy only when every item was admitted.
 
-    When one item is refused nothing is charged; each entry still says whether its rule
-    alone would have admitted its cost.
+    When one item is refused nothing is charged; each entry still says whether its item
+    would have been admitted after the items before it (the same key twice sees the first
+    charge).
     """
 
     __slots__ = ("decisions",)

@@ -88,8 +88,12 @@ def acquire_flow(
         if algorithm.uses_leases:
             retry = min(retry, poll)
             poll = min(poll * 2, POLL_MAX)
-        if deadline is not None and clock.now_us() + round(retry * 1_000_000) > deadline:
-            raise RateLimitExceeded(decision, f"{_why(decision)}; not admitted within the timeout of {timeout}s")
+        if deadline is not None:
+            left = deadline - clock.now_us()
+            if algorithm.uses_leases and 0 < left < round(retry * 1_000_000):
+                retry = left / 1_000_000  # a lease may be released meanwhile: one last look at the deadline
+            elif round(retry * 1_000_000) > left:
+                raise RateLimitExceeded(decision, f"{_why(decision)}; not admitted within the timeout of {timeout}s")
         yield Sleep(retry)
 
 

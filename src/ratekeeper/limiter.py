@@ -60,9 +60,10 @@ class Limiter:
         if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
             raise bad_call(rule, key, cost)
         try:
-            plan = rule._plan if rule.quota is None else plan_for(rule, key)
+            quota = rule.quota
         except AttributeError:
             raise bad_call(rule, key, cost) from None
+        plan = rule._plan if quota is None else plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         return self._store_decide(plan, key, cost, None, new_lease_id() if plan.leases else None, now)

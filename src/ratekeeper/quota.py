@@ -258,7 +258,8 @@ class Quota:
                 await asyncio.sleep(0.001)
 
     def close(self) -> None:
-        """Stop the background workers (pending lookups are abandoned)."""
+        """Stop the background workers (pending lookups are abandoned). A limiter does not own
+        the quotas of the rules it decides, so closing one does not close them: call this."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
