@@ -2,8 +2,7 @@
 
 Every trace here feeds ``decide`` times that sometimes go backwards; the bounds are then
 checked on the effective timeline: each admission at the latest time the store has
-recorded so far (a request that charges nothing records nothing), which is the best any
-store can know.
+recorded so far (by writing a state), which is the best any store can know.
 """
 
 from __future__ import annotations
@@ -30,10 +29,12 @@ def run(rule: Rule, trace: list[tuple[int, int]]) -> list[tuple[int, int]]:
     admitted = []
     for delta, cost in trace:
         now += delta
-        state, decision = rule.plan.decide(state, now, cost, None, f"lease-{len(admitted)}")
-        if decision.allowed and cost:
+        new, decision = rule.plan.decide(state, now, cost, None, f"lease-{len(admitted)}")
+        if new is not state:  # the store records this time (an admission, or expired entries dropped)
             effective = max(effective, now)
+        if decision.allowed and cost:
             admitted.append((effective, cost))
+        state = new
     return admitted
 
 

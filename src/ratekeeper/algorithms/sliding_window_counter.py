@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from math import ceil, floor
 
-from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
@@ -104,6 +104,38 @@ class SlidingWindowCounter(Algorithm):
             new += (window, prev, current)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return (tuple(new) if charged else state), decision
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same operations as ``decide``, in the same order, constants bound."""
+        if len(plan.specs) != 1:
+            return super().compile(plan)
+        ((limit, period),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            window = _window(state, 0, now, period)
+            prev, curr = _counts(state, 0, window)
+            start = window * period
+            estimate = prev * ((period - (now - start)) / period) + curr
+            if estimate + cost > limit:
+                if cost > limit:
+                    retry = INFINITE
+                elif curr + cost <= limit:
+                    retry = _first_admitting(prev, curr, start, period, cost, limit) - now
+                else:
+                    retry = _first_admitting(curr, 0, start + period, period, cost, limit) - now
+                left = floor(limit - (estimate + 0))
+                reset = (window + 2) * period - now if curr > 0 else (window + 1) * period - now if prev > 0 else 0
+                return state, Decision((name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None))
+            left = floor(limit - (estimate + cost))
+            current = curr + cost
+            reset = (window + 2) * period - now if current > 0 else (window + 1) * period - now if prev > 0 else 0
+            decision = Decision((name, limits, True, -1, 0, 0, (left if left > 0 else 0,), (reset,), None))
+            return ((window, prev, current) if cost else state), decision
+
+        return decide_one
 
     def horizon(self, plan: Plan) -> int:
         """The current window's count weighs until the end of the next window."""
