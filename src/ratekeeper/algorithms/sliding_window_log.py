@@ -21,7 +21,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
@@ -41,6 +41,20 @@ def _live(plan: Plan, state: State, now: int) -> tuple[int, list[int], list[int]
     end: int = state[4]
     first = bisect_right(times, now - max(period for _, period in plan.specs), start, end)
     return (totals[first - 1] if first > start else base), times, totals, first, end
+
+
+def _append(
+    base: int, times: list[int], totals: list[int], live: int, end: int, now: int, newest: int, total: int
+) -> tuple[State, int]:
+    """The state with an entry at ``now`` bringing the cumulative cost to ``total``, and its time."""
+    if end != len(times) or (live > 32 and 2 * live > end):
+        # Not the newest view of these lists (or mostly expired): copy what is live.
+        times, totals, end, live = times[live:end], totals[live:end], end - live, 0
+    # A clock that stepped back must not break the order: the entry then counts a little longer.
+    stamp = now if now > newest or end == live else newest
+    times.append(stamp)
+    totals.append(total)
+    return (base, times, totals, live, end + 1), stamp
 
 
 class SlidingWindowLog(Algorithm):
@@ -84,14 +98,7 @@ class SlidingWindowLog(Algorithm):
         newest = times[end - 1] if end > live else now
         charged = cost if denied < 0 else 0
         if charged:
-            if end != len(times) or (live > 32 and 2 * live > end):
-                # Not the newest view of these lists (or mostly expired): copy what is live.
-                times, totals, end, live = times[live:end], totals[live:end], end - live, 0
-            # A clock that stepped back must not break the order: the entry then counts a little longer.
-            newest = now if now > newest or end == live else newest
-            times.append(newest)
-            totals.append(total + cost)
-            state = (base, times, totals, live, end + 1)
+            state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
         remaining: list[int] = []
         resets: list[int] = []
         for (limit, period), used in zip(plan.specs, useds, strict=True):
@@ -100,6 +107,35 @@ class SlidingWindowLog(Algorithm):
             resets.append(newest + period - now if in_window > 0 else 0)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return state, decision
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same steps as ``decide`` (its window is the whole live log)."""
+        if len(plan.specs) != 1:
+            return super().compile(plan)
+        ((limit, period),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            base, times, totals, live, end = _live(plan, state, now)
+            total = totals[end - 1] if end > live else base
+            used = total - base
+            newest = times[end - 1] if end > live else now
+            if used + cost > limit:
+                if cost > limit:
+                    retry = INFINITE
+                else:
+                    retry = times[bisect_left(totals, total + cost - limit, live, end)] + period - now
+                reset = newest + period - now if used > 0 else 0
+                return state, Decision((name, limits, False, 0, retry, 0, (limit - used,), (reset,), None))
+            if cost:
+                state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
+            used += cost
+            reset = newest + period - now if used > 0 else 0
+            return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (reset,), None))
+
+        return decide_one
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""
