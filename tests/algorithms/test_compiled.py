@@ -37,3 +37,24 @@ def test_compiled_decider_equals_reference(algorithm: str, limit: str, burst: in
         assert expected == actual
         assert expected_state == actual_state
         reference, compiled = expected_state, actual_state
+
+
+def test_compiled_deciders_on_long_seeded_traces() -> None:
+    """Long deterministic traces (seeded), where states grow far: compiled == reference, step by step."""
+    import random
+
+    rng = random.Random(1)
+    for algorithm in sorted(ALGORITHMS):
+        for limit in ["1/3s", "5/3s", "3/s", "7/100ms"]:
+            for burst in [None, 1, 2, 9] if ALGORITHMS[algorithm].uses_burst else [None]:
+                rule = Rule("long", [limit], algorithm, burst=burst)
+                reference = compiled = None
+                now = 10**15
+                for i in range(600):
+                    now += rng.choice([0, 0, 1, 1000, 50_000, 400_000, 3_000_000])
+                    cost = rng.choice([0, 1, 1, 2, 3, 12])
+                    max_wait = rng.choice([None, None, 0, 100_000, 5_000_000])
+                    expected_state, expected = rule.algo.decide(rule.plan, reference, now, cost, max_wait, f"l{i}")
+                    actual_state, actual = rule.plan.decide(compiled, now, cost, max_wait, f"l{i}")
+                    assert (expected_state, expected) == (actual_state, actual), (algorithm, limit, burst, i)
+                    reference, compiled = expected_state, actual_state

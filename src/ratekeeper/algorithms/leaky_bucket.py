@@ -13,7 +13,7 @@ room). ``try_acquire`` passes None: any delay that fits in the queue.
 
 from __future__ import annotations
 
-from ratekeeper.algorithms.base import Plan, State, ceil_div
+from ratekeeper.algorithms.base import Decider, Plan, State, ceil_div
 from ratekeeper.algorithms.gcra import Gcra
 from ratekeeper.decision import INFINITE, Decision
 
@@ -76,6 +76,42 @@ class LeakyBucket(Gcra):
             decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
             return ((tats[0] if single else tuple(tats)) if cost else state), decision
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
+
+    def compile(self, plan: Plan) -> Decider:
+        """One limit: the same arithmetic as ``decide`` with the constants bound."""
+        if len(plan.specs) != 1:
+            return super().compile(plan)
+        ((n, d, cap, tau),) = plan.specs
+        name, limits = plan.name, plan.limits
+
+        def decide_one(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            nd = now * d
+            tat = nd if state is None or state < nd else state
+            queued = -((nd - tat) // d)
+            if cost > cap:
+                retry = INFINITE
+            else:
+                retry = -((nd + tau - tat - cost * n) // d)  # when the queue has room: <= 0 now
+                if max_wait is not None and queued - max_wait > retry:
+                    retry = queued - max_wait
+            if retry > 0 or cost > cap:
+                ahead = tat - nd
+                left = (tau - ahead) // n
+                return state, Decision(
+                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-(-ahead // d),), None)
+                )
+            if cost:
+                tat += cost * n
+            ahead = tat - nd
+            left = (tau - ahead) // n
+            decision = Decision(
+                (name, limits, True, -1, 0, queued, (left if left > 0 else 0,), (-(-ahead // d),), None)
+            )
+            return (tat if cost else state), decision
+
+        return decide_one
 
     def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
         """A queue longer than ``max_wait`` shrinks as fast as the caller's time left; a
