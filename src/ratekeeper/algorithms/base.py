@@ -129,6 +129,10 @@ class Algorithm(ABC):
         The window algorithms' longest period; the others override."""
         return max(limit.period_us for limit in plan.limits)
 
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider | None:
+        """A decider specialised for one limit with this ``spec``, or None (use ``decide``)."""
+        return None
+
     def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
         """Whether a refusal under ``max_wait`` would stay a refusal however long the caller
         waits within ``max_wait`` (so ``acquire`` gives up at once instead of sleeping).
@@ -141,10 +145,14 @@ class Algorithm(ABC):
     def compile(self, plan: Plan) -> Decider:
         """A function deciding for this plan: ``(state, now, cost, max_wait, lease_id)``.
 
-        The default calls ``decide``; an algorithm may return a specialised function
-        (one limit, constants bound) that must decide exactly as ``decide`` does: the
-        property tests compare the two on random traces.
+        One limit: the algorithm's ``compile_one`` if it has one, a specialised function
+        (constants bound) that must decide exactly as ``decide`` does: the property tests
+        compare the two on random traces. Otherwise a call of ``decide``.
         """
+        if len(plan.specs) == 1:
+            one = self.compile_one(plan.name, plan.limits, plan.specs[0])
+            if one is not None:
+                return one
         decide = self.decide
 
         def decider(

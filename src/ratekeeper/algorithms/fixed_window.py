@@ -63,12 +63,9 @@ class FixedWindow(Algorithm):
             state = tuple(new)
         return state, decision
 
-    def compile(self, plan: Plan) -> Decider:
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same arithmetic as ``decide`` with the constants bound."""
-        if len(plan.specs) != 1:
-            return super().compile(plan)
-        ((limit, period),) = plan.specs
-        name, limits = plan.name, plan.limits
+        limit, period = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None

@@ -77,12 +77,9 @@ class Gcra(Algorithm):
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
-    def compile(self, plan: Plan) -> Decider:
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same arithmetic as ``decide`` with the constants bound."""
-        if len(plan.specs) != 1 or type(self) is not Gcra:
-            return super().compile(plan)
-        ((n, d, cap, tau),) = plan.specs
-        name, limits = plan.name, plan.limits
+        n, d, cap, tau = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None

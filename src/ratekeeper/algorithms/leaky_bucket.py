@@ -13,9 +13,12 @@ room). ``try_acquire`` passes None: any delay that fits in the queue.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ratekeeper.algorithms.base import Decider, Plan, State, ceil_div
 from ratekeeper.algorithms.gcra import Gcra
 from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.limit import Limit
 
 __all__ = ["LeakyBucket"]
 
@@ -77,12 +80,9 @@ class LeakyBucket(Gcra):
             return ((tats[0] if single else tuple(tats)) if cost else state), decision
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
-    def compile(self, plan: Plan) -> Decider:
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same arithmetic as ``decide`` with the constants bound."""
-        if len(plan.specs) != 1:
-            return super().compile(plan)
-        ((n, d, cap, tau),) = plan.specs
-        name, limits = plan.name, plan.limits
+        n, d, cap, tau = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None

@@ -11,6 +11,7 @@ that every store repeats, so the decisions agree bit for bit.
 from __future__ import annotations
 
 from math import ceil, floor
+from typing import Any
 
 from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
@@ -41,6 +42,13 @@ def _counts(state: State, i: int, window: int) -> tuple[int, int]:
         if w == window - 1:
             return state[3 * i + 2], 0
     return 0, 0
+
+
+def _whole_after(window: int, period: int, now: int, prev: int, curr: int) -> int:
+    """µs until the estimate is 0: the current count weighs until the end of the next window."""
+    if curr > 0:
+        return (window + 2) * period - now
+    return (window + 1) * period - now if prev > 0 else 0
 
 
 def _first_admitting(prev: int, curr: int, start: int, period: int, cost: int, limit: int) -> int:
@@ -95,22 +103,14 @@ class SlidingWindowCounter(Algorithm):
         for (limit, period), (window, prev, curr, estimate) in zip(specs, seen, strict=True):
             remaining.append(max(0, floor(limit - (estimate + charged))))
             current = curr + charged
-            if current > 0:
-                resets.append((window + 2) * period - now)
-            elif prev > 0:
-                resets.append((window + 1) * period - now)
-            else:
-                resets.append(0)
+            resets.append(_whole_after(window, period, now, prev, current))
             new += (window, prev, current)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return (tuple(new) if charged else state), decision
 
-    def compile(self, plan: Plan) -> Decider:
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same operations as ``decide``, in the same order, constants bound."""
-        if len(plan.specs) != 1:
-            return super().compile(plan)
-        ((limit, period),) = plan.specs
-        name, limits = plan.name, plan.limits
+        limit, period = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
@@ -127,11 +127,11 @@ class SlidingWindowCounter(Algorithm):
                 else:
                     retry = _first_admitting(curr, 0, start + period, period, cost, limit) - now
                 left = floor(limit - (estimate + 0))
-                reset = (window + 2) * period - now if curr > 0 else (window + 1) * period - now if prev > 0 else 0
+                reset = _whole_after(window, period, now, prev, curr)
                 return state, Decision((name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None))
             left = floor(limit - (estimate + cost))
             current = curr + cost
-            reset = (window + 2) * period - now if current > 0 else (window + 1) * period - now if prev > 0 else 0
+            reset = _whole_after(window, period, now, prev, current)
             decision = Decision((name, limits, True, -1, 0, 0, (left if left > 0 else 0,), (reset,), None))
             return ((window, prev, current) if cost else state), decision
 

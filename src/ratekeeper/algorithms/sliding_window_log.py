@@ -30,7 +30,7 @@ __all__ = ["SlidingWindowLog"]
 _make = Decision.make
 
 
-def _live(plan: Plan, state: State, now: int) -> tuple[int, list[int], list[int], int, int]:
+def _live(longest: int, state: State, now: int) -> tuple[int, list[int], list[int], int, int]:
     """``(base, times, totals, start, end)`` with ``start`` moved past what no limit counts."""
     if state is None:
         return 0, [], [], 0, 0
@@ -39,7 +39,7 @@ def _live(plan: Plan, state: State, now: int) -> tuple[int, list[int], list[int]
     totals: list[int] = state[2]
     start: int = state[3]
     end: int = state[4]
-    first = bisect_right(times, now - max(period for _, period in plan.specs), start, end)
+    first = bisect_right(times, now - longest, start, end)
     return (totals[first - 1] if first > start else base), times, totals, first, end
 
 
@@ -76,7 +76,7 @@ class SlidingWindowLog(Algorithm):
         max_wait: int | None = None,
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
-        base, times, totals, live, end = _live(plan, state, now)
+        base, times, totals, live, end = _live(max(period for _, period in plan.specs), state, now)
         total = totals[end - 1] if end > live else base
         useds: list[int] = []
         denied = -1
@@ -108,17 +108,14 @@ class SlidingWindowLog(Algorithm):
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return state, decision
 
-    def compile(self, plan: Plan) -> Decider:
+    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same steps as ``decide`` (its window is the whole live log)."""
-        if len(plan.specs) != 1:
-            return super().compile(plan)
-        ((limit, period),) = plan.specs
-        name, limits = plan.name, plan.limits
+        limit, period = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
-            base, times, totals, live, end = _live(plan, state, now)
+            base, times, totals, live, end = _live(period, state, now)
             total = totals[end - 1] if end > live else base
             used = total - base
             newest = times[end - 1] if end > live else now
@@ -139,7 +136,7 @@ class SlidingWindowLog(Algorithm):
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""
-        base, times, totals, live, end = _live(plan, state, now)
+        base, times, totals, live, end = _live(max(period for _, period in plan.specs), state, now)
         if end <= live:
             return None
         target = totals[end - 1] - cost
