@@ -34,6 +34,16 @@ def frequent_thread_switches() -> Iterator[None]:
         sys.setswitchinterval(old)
 
 
+def run_together(worker: Callable[[int], None]) -> None:
+    """Run ``worker(i)`` on ``THREADS`` threads at once, switching between them often."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
+    with frequent_thread_switches():
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
 def hammer(limiter: Limiter, rule: Rule, key: str, costs: Callable[[int, int], int], tries: int) -> list[int]:
     """``THREADS`` threads, started together, each trying ``tries`` times; the cost each thread had admitted."""
     admitted = [0] * THREADS
@@ -52,12 +62,7 @@ def hammer(limiter: Limiter, rule: Rule, key: str, costs: Callable[[int, int], i
         except BaseException as exc:  # noqa: BLE001 - handed to the test below
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    with frequent_thread_switches():
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    run_together(worker)
     assert [] == errors
     return admitted
 
@@ -99,12 +104,7 @@ def test_threads_on_different_keys_do_not_share_limits(algorithm: str) -> None:
         start.wait()
         admitted[index] = sum(limiter.try_acquire(rule, f"user-{index}").allowed for _ in range(100))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(THREADS)]
-    with frequent_thread_switches():
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+    run_together(worker)
     assert [30] * THREADS == admitted
 
 

@@ -62,6 +62,16 @@ def _first_admitting(prev: int, curr: int, start: int, period: int, cost: int, l
     return start + elapsed
 
 
+def _retry(prev: int, curr: int, start: int, period: int, cost: int, limit: int, now: int) -> int:
+    """µs until a refused ``cost`` is admitted: within this window while the previous one's
+    weight decays, or in the next window once this one's count becomes the previous."""
+    if cost > limit:
+        return INFINITE
+    if curr + cost <= limit:
+        return _first_admitting(prev, curr, start, period, cost, limit) - now
+    return _first_admitting(curr, 0, start + period, period, cost, limit) - now
+
+
 class SlidingWindowCounter(Algorithm):
     name = "sliding_window_counter"
 
@@ -87,12 +97,7 @@ class SlidingWindowCounter(Algorithm):
             start = window * period
             estimate = _estimate(prev, curr, now - start, period)
             if estimate + cost > limit:
-                if cost > limit:
-                    r = INFINITE
-                elif curr + cost <= limit:
-                    r = _first_admitting(prev, curr, start, period, cost, limit) - now
-                else:
-                    r = _first_admitting(curr, 0, start + period, period, cost, limit) - now
+                r = _retry(prev, curr, start, period, cost, limit, now)
                 if denied < 0 or later(r, retry):
                     denied, retry = i, r
             seen.append((window, prev, curr, estimate))
@@ -120,12 +125,7 @@ class SlidingWindowCounter(Algorithm):
             start = window * period
             estimate = prev * ((period - (now - start)) / period) + curr
             if estimate + cost > limit:
-                if cost > limit:
-                    retry = INFINITE
-                elif curr + cost <= limit:
-                    retry = _first_admitting(prev, curr, start, period, cost, limit) - now
-                else:
-                    retry = _first_admitting(curr, 0, start + period, period, cost, limit) - now
+                retry = _retry(prev, curr, start, period, cost, limit, now)
                 left = floor(limit - (estimate + 0))
                 reset = _whole_after(window, period, now, prev, curr)
                 return state, Decision((name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None))
