@@ -1,0 +1,136 @@
+"""The wire format of the server stores: one call to the store carries a list of operations.
+
+Redis (a Lua script's ``KEYS`` / ``ARGV``) and PostgreSQL (a function's ``text[]``
+arguments) decide from the same flat list of strings, so what to send and how to read
+the answer is written once, here, with no I/O.
+
+Request (every field a string; Redis ``ARGV``, PostgreSQL ``args text[]``)::
+
+    now        ""  = the store's clock (Redis TIME, PostgreSQL clock_timestamp()), else µs
+    atomic     "1" = every DECIDE op of the call is charged or none (try_acquire_many)
+               "0" = each op on its own, applied in order (coalesced calls)
+    n_ops
+    then, per op:
+      mode       "d" decide and charge when admitted; "p" peek (decide, write nothing);
+                 "r" refund / release
+      key        1-based index into the call's keys (Redis KEYS, PostgreSQL keys text[])
+      algorithm  the algorithm's name ("gcra", "fixed_window", ...)
+      n_limits
+      spec       n_limits x the algorithm's spec fields (``Algorithm.spec``), integers
+      cost
+      max_wait   "" = None (try_acquire), else µs (acquire's reservation window)
+      lease      "" = None, else the lease id (concurrency)
+
+Reply: a flat list of integers. Per "d" / "p" op, in order::
+
+    allowed (1 / 0), denied_index (-1 when allowed), retry_us (-1 = never), delay_us,
+    remaining_1 .. remaining_n, reset_1 .. reset_n
+
+and nothing for an "r" op. Ops of one call that name the same key see each other's
+effects in order, exactly as if they ran one after another.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.decision import Decision
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+
+__all__ = ["DECIDE", "PEEK", "REFUND", "Op", "decode", "encode", "op_fields", "storage_key"]
+
+DECIDE = "d"
+PEEK = "p"
+REFUND = "r"
+
+Op = tuple[str, "Plan", str, int, "int | None", "str | None"]
+"""(mode, plan, key, cost, max_wait, lease_id)."""
+
+_plan_fields: dict[int, tuple[Plan, list[Any], str]] = {}
+
+
+def _plan_part(plan: Plan) -> tuple[list[Any], str]:
+    """The algorithm, limit count and spec fields of ``plan`` (cached), and its table digest."""
+    cached = _plan_fields.get(id(plan))
+    if cached is None or cached[0] is not plan:
+        fields: list[Any] = [plan.algorithm.name, len(plan.specs)]
+        for spec in plan.specs:
+            fields.extend(spec)
+        digest = hashlib.blake2b(plan.table.encode(), digest_size=6).hexdigest()
+        cached = _plan_fields[id(plan)] = (plan, fields, digest)  # the plan is kept: its id stays unique
+    return cached[1], cached[2]
+
+
+def storage_key(prefix: str, plan: Plan, key: str) -> str:
+    """Where the state of ``key`` under ``plan`` lives: ``{prefix}{key}:{rule}:{digest}``.
+
+    The braces make the caller's key the Redis Cluster hash tag, so every rule's state for
+    one key shares a slot; the digest tells apart plans whose states read differently
+    (``Plan.table``: the algorithm and its scale).
+    """
+    return f"{prefix}{{{key}}}:{plan.name}:{_plan_part(plan)[1]}"
+
+
+def op_fields(mode: str, plan: Plan, key_index: int, cost: int, max_wait: int | None, lease_id: str | None) -> list[Any]:
+    """The request fields of one op (see the module docstring)."""
+    fields, _ = _plan_part(plan)
+    return [
+        mode,
+        key_index,
+        *fields,
+        cost,
+        "" if max_wait is None else max_wait,
+        "" if lease_id is None else lease_id,
+    ]
+
+
+def encode(
+    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False
+) -> tuple[list[str], list[Any]]:
+    """(keys, args) for one store call deciding ``ops`` in order."""
+    keys: list[str] = []
+    index: dict[str, int] = {}
+    args: list[Any] = ["" if now is None else now, "1" if atomic else "0", len(ops)]
+    for mode, plan, key, cost, max_wait, lease_id in ops:
+        skey = storage_key(prefix, plan, key)
+        i = index.get(skey)
+        if i is None:
+            keys.append(skey)
+            i = index[skey] = len(keys)
+        args += op_fields(mode, plan, i, cost, max_wait, lease_id)
+    return keys, args
+
+
+def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
+    """The decision of each op from the store's flat reply (None for a refund)."""
+    out: list[Decision | None] = []
+    at = 0
+    for mode, plan, _, cost, _, lease_id in ops:
+        if mode == REFUND:
+            out.append(None)
+            continue
+        n = len(plan.specs)
+        allowed = int(reply[at]) == 1
+        remaining = tuple(int(x) for x in reply[at + 4 : at + 4 + n])
+        resets = tuple(int(x) for x in reply[at + 4 + n : at + 4 + 2 * n])
+        out.append(
+            Decision(
+                (
+                    plan.name,
+                    plan.limits,
+                    allowed,
+                    int(reply[at + 1]),
+                    int(reply[at + 2]),
+                    int(reply[at + 3]),
+                    remaining,
+                    resets,
+                    lease_id if allowed and cost and mode == DECIDE and plan.leases else None,
+                )
+            )
+        )
+        at += 4 + 2 * n
+    return out
