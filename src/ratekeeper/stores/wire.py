@@ -75,7 +75,9 @@ def storage_key(prefix: str, plan: Plan, key: str) -> str:
     return f"{prefix}{{{key}}}:{plan.name}:{_plan_part(plan)[1]}"
 
 
-def op_fields(mode: str, plan: Plan, key_index: int, cost: int, max_wait: int | None, lease_id: str | None) -> list[Any]:
+def op_fields(
+    mode: str, plan: Plan, key_index: int, cost: int, max_wait: int | None, lease_id: str | None
+) -> list[Any]:
     """The request fields of one op (see the module docstring)."""
     fields, _ = _plan_part(plan)
     return [
@@ -88,9 +90,7 @@ def op_fields(mode: str, plan: Plan, key_index: int, cost: int, max_wait: int | 
     ]
 
 
-def encode(
-    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False
-) -> tuple[list[str], list[Any]]:
+def encode(ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False) -> tuple[list[str], list[Any]]:
     """(keys, args) for one store call deciding ``ops`` in order."""
     keys: list[str] = []
     index: dict[str, int] = {}
