@@ -7,11 +7,12 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
+from ratekeeper.stores.redis_url import REDIS_SCHEMES
 
 __all__ = ["SCHEMES", "open_async_store", "open_store"]
 
-SCHEMES = ("memory",)
-_PLANNED = ("redis", "rediss", "valkey", "unix", "redis+sentinel", "redis+cluster", "postgresql", "postgres")
+SCHEMES = ("memory", *REDIS_SCHEMES)
+_PLANNED = ("postgresql", "postgres")
 
 
 def _int_option(name: str, value: Any) -> int:
@@ -47,12 +48,22 @@ def open_store(url: str | Store, **options: Any) -> Store:
         kwargs: dict[str, Any] = {k: _int_option(k, v) for k, v in query.items()}
         kwargs.update(options)
         return MemoryStore(**kwargs)
+    if scheme in REDIS_SCHEMES:
+        from ratekeeper.stores.redis import RedisStore
+
+        return RedisStore(url, **options)
     if scheme in _PLANNED:
         raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
-    raise ConfigurationError(f"unknown store URL {url!r}; expected memory:// (or a Store object)")
+    raise ConfigurationError(
+        f"unknown store URL {url!r}; expected one of {', '.join(s + '://' for s in SCHEMES)} (or a Store object)"
+    )
 
 
 def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStore:
     """``open_store`` for ``AsyncLimiter``: a store without I/O (memory) runs on the loop directly."""
+    if isinstance(url, str) and urlsplit(url).scheme.lower() in REDIS_SCHEMES:
+        from ratekeeper.stores.redis_async import AsyncRedisStore
+
+        return AsyncRedisStore(url, **options)
     opened: Any = url if hasattr(url, "aclose") and not options else open_store(url, **options)  # type: ignore[arg-type]
     return opened if hasattr(opened, "aclose") else InProcessAsync(opened)

@@ -1,0 +1,174 @@
+"""The Redis store without I/O: what to send for a list of ops, and how to read the replies.
+
+The sync (``redis.py``) and asyncio (``redis_async.py``) shells only execute what this
+module plans, so the logic exists once:
+
+- ``Calls``: the script calls for a list of ops that share one ``now``. On a single node
+  (standalone, Sentinel) that is one call, whatever the keys; on a Cluster, one call per
+  hash slot, sent in one pipeline. Ops on the same key keep their order inside their call.
+- ``Batch``: the ops waiting to be sent while earlier calls are in flight (hot-key
+  coalescing and auto-pipelining): the shells queue their callers' ops here and send them
+  together, in arrival order, one decision each, exactly as if they ran one after another.
+- ``translate``: redis-py's exceptions become ours (``StoreTimeout``, ``StoreError``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
+from ratekeeper.stores import wire
+from ratekeeper.stores.redis_url import RedisTarget, parse_redis_url
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.decision import Decision
+    from ratekeeper.stores.base import Item
+
+__all__ = ["Batch", "Call", "RedisCore", "translate"]
+
+W = TypeVar("W")
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One EVALSHA: the positions of its ops in the caller's list, its keys and args."""
+
+    positions: tuple[int, ...]
+    ops: tuple[wire.Op, ...]
+    keys: list[str]
+    args: list[Any]
+
+
+def _bool_option(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigurationError(f"store option {name} must be true or false, got {value!r}")
+
+
+def _number_option(name: str, value: Any, kind: type, minimum: float) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or not number >= minimum:
+        what = "an integer" if kind is int else "a number of seconds"
+        raise ConfigurationError(f"store option {name} must be {what} >= {minimum}, got {value!r}")
+    return number
+
+
+class RedisCore:
+    """Options, key naming, call planning and decoding for one Redis store."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        target = parse_redis_url(url, **options)
+        opts = target.options
+        self.target: RedisTarget = target
+        self.prefix: str = str(opts.get("prefix", "ratekeeper:"))
+        if "{" in self.prefix or "}" in self.prefix:
+            raise ConfigurationError(
+                f"prefix {self.prefix!r} must not contain braces: the key's own hash tag follows it"
+            )
+        self.timeout: float = _number_option("timeout", opts.get("timeout", 0.5), float, 0.001)
+        self.batching: bool = _bool_option("batching", opts.get("batching", True))
+        self.max_in_flight: int = _number_option("max_in_flight", opts.get("max_in_flight", 2), int, 1)
+        self.max_batch: int = _number_option("max_batch", opts.get("max_batch", 256), int, 1)
+        self.max_connections: int = _number_option("max_connections", opts.get("max_connections", 64), int, 1)
+        self.cluster = target.kind == "cluster"
+
+    # -- planning -------------------------------------------------------------------------
+
+    def calls(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Call]:
+        """The script calls deciding ``ops`` (one per hash slot on a Cluster)."""
+        if not self.cluster:
+            keys, args = wire.encode(ops, self.prefix, now, atomic)
+            return [Call(tuple(range(len(ops))), tuple(ops), keys, args)]
+        from redis.crc import key_slot
+
+        groups: dict[int, list[int]] = {}
+        for i, op in enumerate(ops):
+            slot = key_slot(wire.storage_key(self.prefix, op[1], op[2]).encode())
+            groups.setdefault(slot, []).append(i)
+        calls = []
+        for positions in groups.values():
+            part = [ops[i] for i in positions]
+            keys, args = wire.encode(part, self.prefix, now, atomic)
+            calls.append(Call(tuple(positions), tuple(part), keys, args))
+        return calls
+
+    @staticmethod
+    def assemble(count: int, calls: Sequence[Call], replies: Sequence[Any]) -> list[Decision | None]:
+        """Each op's decision, in the callers' order, from the calls' replies."""
+        out: list[Decision | None] = [None] * count
+        for call, reply in zip(calls, replies, strict=True):
+            for position, decision in zip(call.positions, wire.decode(call.ops, reply), strict=True):
+                out[position] = decision
+        return out
+
+    @staticmethod
+    def many_ops(items: Sequence[Item]) -> list[wire.Op]:
+        return [(wire.DECIDE, plan, key, cost, None, lease) for plan, key, cost, lease in items]
+
+    @staticmethod
+    def rollback(calls: Sequence[Call], decisions: Sequence[Decision | None]) -> list[wire.Op]:
+        """A Cluster batch over several slots was refused somewhere: the refunds that undo
+        the calls that charged (each slot's call is all-or-nothing on its own)."""
+        undo: list[wire.Op] = []
+        for call in calls:
+            if all(decisions[i] for i in call.positions):
+                undo += [(wire.REFUND, plan, key, cost, None, lease) for _, plan, key, cost, _, lease in call.ops]
+        return undo
+
+    def storage_key(self, plan: Plan, key: str) -> str:
+        return wire.storage_key(self.prefix, plan, key)
+
+
+class Batch(Generic[W]):
+    """Ops waiting for a call while ``max_in_flight`` calls are out (no I/O, no locking:
+    the shells hold their lock or run on one event loop).
+
+    A waiter ``W`` carries its op and its ``now``; a call takes the oldest waiters that
+    share the oldest one's ``now``, at most ``max_batch``, in arrival order.
+    """
+
+    def __init__(self, max_in_flight: int, max_batch: int) -> None:
+        self.queue: deque[tuple[wire.Op, int | None, W]] = deque()
+        self.in_flight = 0
+        self.max_in_flight = max_in_flight
+        self.max_batch = max_batch
+
+    def can_send(self) -> bool:
+        return self.in_flight < self.max_in_flight
+
+    def take(self) -> tuple[list[wire.Op], int | None, list[W]]:
+        """The next call's ops, their ``now`` and their waiters (the queue must not be empty)."""
+        queue = self.queue
+        now = queue[0][1]
+        ops: list[wire.Op] = []
+        waiters: list[W] = []
+        kept: list[tuple[wire.Op, int | None, W]] = []
+        while queue and len(ops) < self.max_batch:
+            entry = queue.popleft()
+            if entry[1] == now:
+                ops.append(entry[0])
+                waiters.append(entry[2])
+            else:
+                kept.append(entry)
+        queue.extendleft(reversed(kept))
+        return ops, now, waiters
+
+
+def translate(exc: BaseException, what: str) -> StoreError:
+    """Our exception for a redis-py one (the caller chains it with ``from exc``)."""
+    import redis.exceptions as rexc
+
+    if isinstance(exc, rexc.TimeoutError | TimeoutError):
+        return StoreTimeout(f"Redis did not answer {what} in time: {exc}")
+    if isinstance(exc, rexc.ConnectionError | OSError):
+        return StoreError(f"Redis is unreachable ({what}): {exc}")
+    return StoreError(f"Redis failed {what}: {exc}")
