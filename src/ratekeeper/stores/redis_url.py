@@ -55,19 +55,19 @@ class RedisTarget:
             from redis.sentinel import Sentinel
 
             auth = {"username": self.username, "password": self.password}
-            sentinel = Sentinel(
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 list(self.nodes),
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
                 sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
             )
-            return sentinel.master_for(
+            return sentinel.master_for(  # type: ignore[no-untyped-call]
                 self.service, db=self.db, ssl=self.ssl, max_connections=max_connections, **auth, **common
             )
         from redis.cluster import ClusterNode, RedisCluster
 
         return RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],
+            startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],  # type: ignore[no-untyped-call]
             username=self.username,
             password=self.password,
             ssl=self.ssl,
@@ -92,7 +92,7 @@ class RedisTarget:
         if self.kind == "sentinel":
             from redis.asyncio.sentinel import Sentinel
 
-            sentinel = Sentinel(
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
                 list(self.nodes),
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
