@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
 from ratekeeper.stores.redis_core import Batch, Call, RedisCore, translate
-from ratekeeper.stores.redis_script import script, script_sha
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -44,7 +43,6 @@ class RedisStore:
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         self.core = RedisCore(url, **options)
         self.client: Any = self.core.target.sync_client(self.core.timeout, self.core.max_connections)
-        self._sha = script_sha()
         self._lock = threading.Lock()
         self._batch: Batch[_Waiter] = Batch(self.core.max_in_flight, self.core.max_batch)
 
@@ -55,10 +53,10 @@ class RedisStore:
 
         try:
             try:
-                return self.client.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             except rexc.NoScriptError:
-                self.client.script_load(script())
-                return self.client.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                self.client.script_load(call.script.source)
+                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
         except rexc.RedisError as exc:
             raise translate(exc, "a decision") from exc
 
@@ -70,7 +68,7 @@ class RedisStore:
         try:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
-                pipe.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             replies: list[Any] = pipe.execute(raise_on_error=False)
         except rexc.RedisError as exc:
             raise translate(exc, "a pipeline of decisions") from exc

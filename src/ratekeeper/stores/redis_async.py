@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
 from ratekeeper.stores.redis_core import Batch, Call, RedisCore, translate
-from ratekeeper.stores.redis_script import script, script_sha
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -30,7 +29,6 @@ class AsyncRedisStore:
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         self.core = RedisCore(url, **options)
         self.client: Any = self.core.target.async_client(self.core.timeout, self.core.max_connections)
-        self._sha = script_sha()
         self._batch: Batch[asyncio.Future[Decision | None]] = Batch(self.core.max_in_flight, self.core.max_batch)
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
@@ -42,10 +40,10 @@ class AsyncRedisStore:
 
         try:
             try:
-                return await self.client.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                return await self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             except rexc.NoScriptError:
-                await self.client.script_load(script())
-                return await self.client.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                await self.client.script_load(call.script.source)
+                return await self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
         except rexc.RedisError as exc:
             raise translate(exc, "a decision") from exc
 
@@ -57,7 +55,7 @@ class AsyncRedisStore:
         try:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
-                pipe.evalsha(self._sha, len(call.keys), *call.keys, *call.args)
+                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         except rexc.RedisError as exc:
             raise translate(exc, "a pipeline of decisions") from exc

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.stores import wire
+from ratekeeper.stores.redis_script import Script, script_for
 from ratekeeper.stores.redis_url import RedisTarget, parse_redis_url
 
 if TYPE_CHECKING:
@@ -35,12 +36,13 @@ W = TypeVar("W")
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One EVALSHA: the positions of its ops in the caller's list, its keys and args."""
+    """One EVALSHA: the positions of its ops in the caller's list, its keys, args and script."""
 
     positions: tuple[int, ...]
-    ops: tuple[wire.Op, ...]
+    ops: Sequence[wire.Op]
     keys: list[str]
     args: list[Any]
+    script: Script
 
 
 def _bool_option(name: str, value: Any) -> bool:
@@ -85,9 +87,12 @@ class RedisCore:
 
     def calls(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Call]:
         """The script calls deciding ``ops`` (one per hash slot on a Cluster)."""
+        if len(ops) == 1:
+            keys, args = wire.encode(ops, self.prefix, now, atomic)
+            return [Call((0,), ops, keys, args, script_for((ops[0][1].algorithm.name,)))]
         if not self.cluster:
             keys, args = wire.encode(ops, self.prefix, now, atomic)
-            return [Call(tuple(range(len(ops))), tuple(ops), keys, args)]
+            return [Call(tuple(range(len(ops))), ops, keys, args, script_for({op[1].algorithm.name for op in ops}))]
         from redis.crc import key_slot
 
         groups: dict[int, list[int]] = {}
@@ -98,7 +103,7 @@ class RedisCore:
         for positions in groups.values():
             part = [ops[i] for i in positions]
             keys, args = wire.encode(part, self.prefix, now, atomic)
-            calls.append(Call(tuple(positions), tuple(part), keys, args))
+            calls.append(Call(tuple(positions), part, keys, args, script_for({op[1].algorithm.name for op in part})))
         return calls
 
     @staticmethod

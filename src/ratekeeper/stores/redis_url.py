@@ -49,8 +49,11 @@ class RedisTarget:
             "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2),
             "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError],
         }
-        if self.kind == "standalone":
-            return redis.Redis.from_url(self.url, max_connections=max_connections, **common)
+        if self.kind == "standalone":  # a blocking pool: more threads than connections wait their turn
+            pool = redis.BlockingConnectionPool.from_url(
+                self.url, max_connections=max_connections, timeout=timeout, **common
+            )
+            return redis.Redis(connection_pool=pool)
         if self.kind == "sentinel":
             from redis.sentinel import Sentinel
 
@@ -87,8 +90,11 @@ class RedisTarget:
             "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2),
             "retry_on_error": [aredis.ConnectionError, aredis.ReadOnlyError],
         }
-        if self.kind == "standalone":
-            return aredis.Redis.from_url(self.url, max_connections=max_connections, **common)
+        if self.kind == "standalone":  # a blocking pool: more tasks than connections wait their turn
+            apool = aredis.BlockingConnectionPool.from_url(
+                self.url, max_connections=max_connections, timeout=timeout, **common
+            )
+            return aredis.Redis(connection_pool=apool)
         if self.kind == "sentinel":
             from redis.asyncio.sentinel import Sentinel
 

@@ -21,7 +21,8 @@ Request (every field a string; Redis ``ARGV``, PostgreSQL ``args text[]``)::
       max_wait   "" = None (try_acquire), else µs (acquire's reservation window)
       lease      "" = None, else the lease id (concurrency)
 
-Reply: a flat list of integers. Per "d" / "p" op, in order::
+Reply: a flat list of integers (Python ints: both clients hand them over as such). Per
+"d" / "p" op, in order::
 
     allowed (1 / 0), denied_index (-1 when allowed), retry_us (-1 = never), delay_us,
     remaining_1 .. remaining_n, reset_1 .. reset_n
@@ -114,20 +115,18 @@ def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
             out.append(None)
             continue
         n = len(plan.specs)
-        allowed = int(reply[at]) == 1
-        remaining = tuple(int(x) for x in reply[at + 4 : at + 4 + n])
-        resets = tuple(int(x) for x in reply[at + 4 + n : at + 4 + 2 * n])
+        allowed = reply[at] == 1
         out.append(
             Decision(
                 (
                     plan.name,
                     plan.limits,
                     allowed,
-                    int(reply[at + 1]),
-                    int(reply[at + 2]),
-                    int(reply[at + 3]),
-                    remaining,
-                    resets,
+                    reply[at + 1],
+                    reply[at + 2],
+                    reply[at + 3],
+                    tuple(reply[at + 4 : at + 4 + n]),
+                    tuple(reply[at + 4 + n : at + 4 + 2 * n]),
                     lease_id if allowed and cost and mode == DECIDE and plan.leases else None,
                 )
             )
