@@ -8,8 +8,11 @@ and a test fails when the two differ. Edit this one, then run ``python tools/una
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
+from ratekeeper.breaker import CircuitBreaker
 from ratekeeper.clock import Clock, SystemClock
 from ratekeeper.core import (
     bad_call,
@@ -25,11 +28,16 @@ from ratekeeper.core import (
 )
 from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.decorator import limit_decorator
+from ratekeeper.errors import StoreError
+from ratekeeper.failure import FailurePolicy
 from ratekeeper.flows import Decide, Refund, acquire_flow, run_async
 from ratekeeper.lease import AsyncLease
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
 from ratekeeper.stores.base import AsyncStore, Store
 from ratekeeper.stores.url import open_async_store
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
 
 __all__ = ["AsyncLimiter"]
 
@@ -43,16 +51,45 @@ class AsyncLimiter:
     object is accepted too. ``clock`` replaces the monotonic clock of the memory store and
     of every wait (``ratekeeper.testing.FakeClock`` in tests). Use it as a context manager
     to close the store on exit.
+
+    When the store fails (``StoreError``; ``StoreTimeout`` after ``timeout`` seconds, the
+    store's default when None), ``on_error`` answers: ``"raise"``, ``"allow"``, ``"deny"``
+    or ``"local"`` (a rule's own ``on_error`` wins; see ``ratekeeper.failure``). The
+    ``breaker`` (a ``CircuitBreaker``; default: open after 5 consecutive failures for 1 s;
+    False: never open) stops calling a failing store, so each call then costs
+    microseconds. ``failures`` counts what the policy did, per rule.
     """
 
     def __init__(
-        self, store: str | AsyncStore | Store = "memory://", *, clock: Clock | None = None, **options: Any
+        self,
+        store: str | AsyncStore | Store = "memory://",
+        *,
+        clock: Clock | None = None,
+        on_error: str = "raise",
+        timeout: float | None = None,
+        breaker: CircuitBreaker | bool = True,
+        **options: Any,
     ) -> None:
         if clock is not None:
             options["clock"] = clock
+        if timeout is not None and not (isinstance(store, str) and urlsplit(store).scheme.lower() == "memory"):
+            options["timeout"] = timeout  # the memory store never waits: nothing to bound
         self.store: AsyncStore = open_async_store(store, **options)
         self.clock: Clock = getattr(self.store, "clock", None) or clock or SystemClock()
+        if not isinstance(breaker, CircuitBreaker):
+            breaker = CircuitBreaker(clock=self.clock) if breaker else CircuitBreaker(None, clock=self.clock)
+        elif breaker.clock is None:
+            breaker.clock = self.clock
+        self.breaker = breaker
+        self.failure_policy = FailurePolicy(on_error, breaker, self.clock, type(self.store).__name__)
+        self.failures = self.failure_policy.stats
         self._store_decide = self.store.decide
+        breaker.set_guard(self._route)
+
+    @property
+    def on_error(self) -> str:
+        """The failure policy of rules without their own ``on_error``."""
+        return self.failure_policy.on_error
 
     async def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits.
@@ -69,7 +106,11 @@ class AsyncLimiter:
         plan = rule._plan if quota is None else plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        return await self._store_decide(plan, key, cost, None, new_lease_id() if plan.leases else None, now)
+        lease = new_lease_id() if plan.leases else None
+        try:
+            return await self._store_decide(plan, key, cost, None, lease, now)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, plan, key, cost, None, lease, now, True, exc)
 
     async def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """What ``try_acquire`` would answer, without charging anything."""
@@ -77,7 +118,10 @@ class AsyncLimiter:
         plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        return await self.store.decide(plan, key, cost, None, None, now, False)
+        try:
+            return await self._guarded_decide(plan, key, cost, None, None, now, False)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, plan, key, cost, None, None, now, False, exc)
 
     async def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
@@ -94,19 +138,28 @@ class AsyncLimiter:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
         flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
-        return await run_async(flow, self._decide, self._refund, self.clock)
+        return await run_async(flow, partial(self._decide, rule), partial(self._refund, rule), self.clock)
 
     async def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
         resolved = resolve_items(items)
         items_ = batch_items(resolved)
-        return batch_result(resolved, await self.store.decide_many(items_) if items_ else ())
+        if not items_:
+            return batch_result(resolved, ())
+        try:
+            self.breaker.check()
+            answers = await self.store.decide_many(items_)
+        except StoreError as exc:
+            answers = self.failure_policy.decide_many(resolved, exc)
+        else:
+            self.breaker.record_success()
+        return batch_result(resolved, answers)
 
     async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
         """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
         plan = refund_plan(rule, key, cost, lease_id)
         if plan is not None:
-            await self.store.refund(plan, key, cost, lease_id)
+            await self._refund(rule, Refund(plan, key, cost, lease_id))
 
     async def release(self, rule: Rule, key: str, lease_id: str) -> None:
         """Release a concurrency lease before it expires."""
@@ -117,8 +170,15 @@ class AsyncLimiter:
         """Forget everything charged to ``key`` under ``rule``."""
         check(rule, key, 0)
         plan = plan_for(rule, key)
-        if plan is not None:
+        if plan is None:
+            return
+        try:
+            self.breaker.check()
             await self.store.reset(plan, key)
+        except StoreError as exc:
+            self.failure_policy.reset(rule, plan, key, exc)
+        else:
+            self.breaker.record_success()
 
     def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> AsyncLease:
         """A context manager holding a concurrency lease for its block.
@@ -144,11 +204,41 @@ class AsyncLimiter:
         """
         return limit_decorator(self, rule, key, cost, wait, is_async_limiter=True)
 
-    async def _decide(self, op: Decide) -> Decision:
-        return await self.store.decide(op.plan, op.key, op.cost, op.max_wait, op.lease_id)
+    async def _decide(self, rule: Rule, op: Decide) -> Decision:
+        try:
+            return await self._guarded_decide(op.plan, op.key, op.cost, op.max_wait, op.lease_id)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, op.plan, op.key, op.cost, op.max_wait, op.lease_id, None, True, exc)
 
-    async def _refund(self, op: Refund) -> None:
-        await self.store.refund(op.plan, op.key, op.cost, op.lease_id)
+    async def _refund(self, rule: Rule, op: Refund) -> None:
+        try:
+            self.breaker.check()
+            await self.store.refund(op.plan, op.key, op.cost, op.lease_id)
+        except StoreError as exc:
+            self.failure_policy.refund(rule, op.plan, op.key, op.cost, op.lease_id, exc)
+        else:
+            self.breaker.record_success()
+
+    async def _guarded_decide(
+        self,
+        plan: Plan,
+        key: str,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+        now: int | None = None,
+        commit: bool = True,
+    ) -> Decision:
+        """``store.decide`` behind the breaker. ``try_acquire`` (the hot path) calls the store
+        directly while all is well and this only after a failure, until the breaker is
+        quiet again (``_route``); the other calls always come through here."""
+        self.breaker.check()
+        decision = await self.store.decide(plan, key, cost, max_wait, lease_id, now, commit)
+        self.breaker.record_success()
+        return decision
+
+    def _route(self, guarded: bool) -> None:
+        self._store_decide = self._guarded_decide if guarded else self.store.decide
 
     async def aclose(self) -> None:
         await self.store.aclose()

@@ -52,6 +52,7 @@ class Decision(tuple[Any, ...]):
     - ``denied_by``: the ``Limit`` that refused, None when allowed.
     - ``limits``: one ``LimitStats`` per limit, in the rule's order.
     - ``lease_id``: for concurrency rules, the lease to release.
+    - ``fallback``: the failure policy that answered when the store failed, else None.
     """
 
     __slots__ = ()
@@ -106,6 +107,12 @@ class Decision(tuple[Any, ...]):
     @property
     def lease_id(self) -> str | None:
         return self[8]  # type: ignore[no-any-return]
+
+    @property
+    def fallback(self) -> str | None:
+        """The failure policy that answered because the store failed (``"allow"``, ``"deny"``
+        or ``"local"``); None when the store decided. See ``ratekeeper.failure``."""
+        return self[9] if len(self) > 9 else None
 
     def __bool__(self) -> bool:
         return self[2]  # type: ignore[no-any-return]
@@ -174,9 +181,10 @@ class Decision(tuple[Any, ...]):
         state = "allowed" if self[2] else f"denied by {self.denied_by}"
         extra = f", delay={self.delay:.6f}" if self[5] else ""
         lease = f", lease_id={self[8]!r}" if self[8] else ""
+        fallback = f", fallback={self[9]!r}" if len(self) > 9 else ""
         return (
             f"<Decision {self[0]!r} {state}: remaining={self.remaining}, retry_after={self.retry_after:.6f}, "
-            f"reset_after={self.reset_after:.6f}{extra}{lease}>"
+            f"reset_after={self.reset_after:.6f}{extra}{lease}{fallback}>"
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -195,6 +203,7 @@ class Decision(tuple[Any, ...]):
                 for s in self.limits
             ],
             **({"lease_id": self.lease_id} if self.lease_id else {}),
+            **({"fallback": self[9]} if len(self) > 9 else {}),
         }
 
 

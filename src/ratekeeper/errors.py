@@ -9,7 +9,8 @@
     ├── RateLimitExceeded                       acquire() / a decorator was refused
     ├── LeaseError                              a Lease object is misused (entered twice)
     └── StoreError                              the store failed (the cause is chained)
-        └── StoreTimeout                        the store did not answer in time
+        ├── StoreTimeout                        the store did not answer in time
+        └── CircuitOpen                         not called: the circuit breaker is open
 
 Every error says what is wrong and what would be right. Store errors are translated at
 the store boundary to the most specific of these and chained with ``from exc``.
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from ratekeeper.decision import Decision
 
 __all__ = [
+    "CircuitOpen",
     "ConfigurationError",
     "InvalidLimit",
     "InvalidRequest",
@@ -62,6 +64,14 @@ class StoreError(RateKeeperError):
 
 class StoreTimeout(StoreError):
     """The store did not answer within the configured timeout."""
+
+
+class CircuitOpen(StoreError):
+    """The store was not called: its circuit breaker is open after repeated failures.
+
+    Raised in microseconds instead of waiting for a store known to be failing; the
+    failure policy (``on_error``) then answers as for any other ``StoreError``.
+    """
 
 
 class RateLimitExceeded(RateKeeperError):

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import ConfigurationError
+from ratekeeper.failure import check_policy
 from ratekeeper.limit import Limit
 
 if TYPE_CHECKING:
@@ -26,16 +27,22 @@ class Rule:
     admits the cost and all are charged, or none is. ``burst`` gives every limit without a
     burst of its own that burst (token bucket, GCRA and leaky bucket only). ``quota``
     makes the limits per key, fetched from a provider; ``limits`` is then the failsafe
-    used until the provider's first answer.
+    used until the provider's first answer. ``on_error`` overrides the limiter's failure
+    policy for this rule (``"allow"``, ``"deny"``, ``"local"`` or ``"raise"``; see
+    ``ratekeeper.failure``); None uses the limiter's.
+
+    Two rules are equal when their name, limits, algorithm and ``on_error`` are; the hash
+    leaves ``on_error`` out (equal rules still hash alike).
     """
 
-    __slots__ = ("_hash", "_plan", "_plans", "algorithm", "burst", "limits", "name", "quota")
+    __slots__ = ("_hash", "_plan", "_plans", "algorithm", "burst", "limits", "name", "on_error", "quota")
 
     name: str
     limits: tuple[Limit, ...]
     algorithm: str
     burst: int | None
     quota: Quota | None
+    on_error: str | None
     _plan: Plan
     _plans: dict[tuple[Limit, ...], Plan]
     _hash: int
@@ -48,6 +55,7 @@ class Rule:
         *,
         burst: int | None = None,
         quota: Quota | None = None,
+        on_error: str | None = None,
     ) -> None:
         from ratekeeper.algorithms import get_algorithm
 
@@ -65,6 +73,8 @@ class Rule:
             raise ConfigurationError(f"rule {name!r} has no limits; give at least one, e.g. limits=['20/minute']")
         if burst is not None and (type(burst) is not int or burst < 1):
             raise ConfigurationError(f"rule {name!r}: burst must be a positive integer, got {burst!r}")
+        if on_error is not None:
+            check_policy(on_error, f"rule {name!r}")
         parsed = tuple(Limit.parse(item, burst) for item in items)
         algo = get_algorithm(algorithm)
         set_ = object.__setattr__
@@ -73,6 +83,7 @@ class Rule:
         set_(self, "algorithm", algo.name)
         set_(self, "burst", burst)
         set_(self, "quota", quota)
+        set_(self, "on_error", on_error)
         set_(self, "_plan", algo.plan(name, parsed))
         set_(self, "_plans", {})
         set_(self, "_hash", hash((name, parsed, algo.name)))
@@ -86,7 +97,12 @@ class Rule:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Rule):
             return NotImplemented
-        return (self.name, self.limits, self.algorithm) == (other.name, other.limits, other.algorithm)
+        return (self.name, self.limits, self.algorithm, self.on_error) == (
+            other.name,
+            other.limits,
+            other.algorithm,
+            other.on_error,
+        )
 
     @property
     def algo(self) -> Algorithm:
@@ -109,7 +125,8 @@ class Rule:
         return plan
 
     def __repr__(self) -> str:
-        return f"Rule({self.name!r}, limits={[str(x) for x in self.limits]!r}, algorithm={self.algorithm!r})"
+        on_error = "" if self.on_error is None else f", on_error={self.on_error!r}"
+        return f"Rule({self.name!r}, limits={[str(x) for x in self.limits]!r}, algorithm={self.algorithm!r}{on_error})"
 
     def __str__(self) -> str:
         return f"{self.name} [{', '.join(map(str, self.limits))}] ({self.algorithm})"
