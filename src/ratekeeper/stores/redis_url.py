@@ -53,7 +53,7 @@ class RedisTarget:
             pool = redis.BlockingConnectionPool.from_url(
                 self.url, max_connections=max_connections, timeout=timeout, **common
             )
-            return redis.Redis(connection_pool=pool)
+            return redis.Redis.from_pool(pool)  # closing the client closes the pool
         if self.kind == "sentinel":
             from redis.sentinel import Sentinel
 
@@ -94,7 +94,7 @@ class RedisTarget:
             apool = aredis.BlockingConnectionPool.from_url(
                 self.url, max_connections=max_connections, timeout=timeout, **common
             )
-            return aredis.Redis(connection_pool=apool)
+            return aredis.Redis.from_pool(apool)  # closing the client closes the pool
         if self.kind == "sentinel":
             from redis.asyncio.sentinel import Sentinel
 
@@ -160,7 +160,7 @@ def parse_redis_url(url: str, **keywords: Any) -> RedisTarget:
     if scheme in ("redis", "rediss", "valkey", "valkeys", "unix"):
         real = {"valkey": "redis", "valkeys": "rediss"}.get(scheme, scheme)
         kept = "&".join(f"{k}={v}" for k, v in passthrough.items())
-        rebuilt = parts._replace(scheme=real, query=kept).geturl()
+        rebuilt = f"{real}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
         return RedisTarget("standalone", url=rebuilt, ssl=real == "rediss", options=options)
     if scheme == "redis+sentinel":
         path = [p for p in parts.path.split("/") if p]
