@@ -1,0 +1,56 @@
+-- ratekeeper: leaky bucket as a queue, admitting with a delay (algorithms/leaky_bucket.py).
+-- requires: gcra
+--
+-- spec per limit (arity 4): n, d, cap, tau   -- as GCRA: n/d µs per unit of cost (reduced),
+--                                            -- cap = burst, tau = cap * n
+-- state: { t0, ahead_1, ..., ahead_n }        -- GCRA's (gcra.lua): written at t0 (µs);
+--                                            -- ahead_i = (time the queue is empty) - t0, in 1/d_i µs
+--
+-- The state, its relative form (exact with epoch µs), the stats and the refund are GCRA's
+-- (the helpers of gcra.lua); only when a request may leave differs. An admitted request
+-- gets delay = the time until the queue ahead of it has drained; a refused one gets
+-- retry = when the queue has room for it and (if the caller bounds its wait by max_wait)
+-- is short enough. The decisions are the reference's, field by field.
+
+ALGORITHMS["leaky_bucket"] = {
+  arity = 4,
+  decide = function(specs, state, now, cost, max_wait, lease)
+    local aheads = gcra_aheads(specs, state, now)
+    local denied, retry, delay, infinite = -1, 0, 0, false
+    for i = 1, #specs do
+      local n, d, cap, tau = specs[i][1], specs[i][2], specs[i][3], specs[i][4]
+      local queued = ceil_div(aheads[i], d)
+      if queued > delay then
+        delay = queued
+      end
+      if cost > cap then
+        if not infinite then
+          infinite, denied, retry = true, i - 1, INFINITE
+        end
+      else
+        -- room in the queue, and a queue short enough for the caller: the later of the two
+        local need = ceil_div(aheads[i] + cost * n - tau, d)
+        if max_wait ~= nil and queued - max_wait > need then
+          need = queued - max_wait
+        end
+        if need > 0 and not infinite and need > retry then
+          denied, retry = i - 1, need
+        end
+      end
+    end
+    if denied < 0 then
+      local new = state
+      if cost > 0 then
+        for i = 1, #specs do
+          aheads[i] = aheads[i] + cost * specs[i][1]
+        end
+        new = gcra_state(now, aheads)
+      end
+      local remaining, resets = gcra_stats(specs, aheads)
+      return new, true, -1, 0, delay, remaining, resets
+    end
+    local remaining, resets = gcra_stats(specs, aheads)
+    return state, false, denied, retry, 0, remaining, resets
+  end,
+  refund = gcra_refund,
+}
