@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+pytest_plugins = ["server_fixtures"]  # throwaway servers on spare ports: tests/servers.py
+
 SERVICES = {
     "redis": (
         "127.0.0.1",
