@@ -1,0 +1,78 @@
+-- ratekeeper: fixed window, a counter per aligned window of the period
+-- (algorithms/fixed_window.py).
+--
+-- spec per limit (arity 2): count, period     -- at most count per window of period µs
+-- state: { window_1, count_1, ..., window_n, count_n }  -- window = now // period
+--
+-- Windows and counts are integers below 2^53 (window * period <= now), so the doubles hold
+-- them exactly; now // period is idiv (exact). A clock that stepped back stays in the newer
+-- stored window, as the reference does. The decisions are the reference's, field by field.
+
+ALGORITHMS["fixed_window"] = {
+  arity = 2,
+  decide = function(specs, state, now, cost, max_wait, lease)
+    local n = #specs
+    local windows, counts, ends = {}, {}, {}
+    local denied, retry = -1, 0
+    for i = 1, n do
+      local limit, period = specs[i][1], specs[i][2]
+      local window = idiv(now, period)
+      local count = 0
+      if state ~= nil then
+        local w = state[2 * i - 1]
+        if w > window then
+          window = w -- the clock stepped back: stay in the newer window
+        end
+        if w == window then
+          count = state[2 * i]
+        end
+      end
+      local finish = (window + 1) * period - now
+      if count + cost > limit then
+        local r = cost > limit and INFINITE or finish
+        if denied < 0 or later(r, retry) then
+          denied, retry = i - 1, r
+        end
+      end
+      windows[i], counts[i], ends[i] = window, count, finish
+    end
+    local charged = denied < 0 and cost or 0
+    local remaining, resets = {}, {}
+    for i = 1, n do
+      local c = counts[i] + charged
+      remaining[i] = specs[i][1] - c
+      resets[i] = c > 0 and ends[i] or 0
+    end
+    if denied >= 0 then
+      return state, false, denied, retry, 0, remaining, resets
+    end
+    local new = state
+    if charged > 0 then
+      new = {}
+      for i = 1, n do
+        new[2 * i - 1] = windows[i]
+        new[2 * i] = counts[i] + charged
+      end
+    end
+    return new, true, -1, 0, 0, remaining, resets
+  end,
+  -- Give back cost in every limit whose stored window is now's (or newer: the clock stepped
+  -- back); a limit in an older window has nothing left to refund.
+  refund = function(specs, state, now, cost, lease)
+    if state == nil then
+      return nil
+    end
+    local new = {}
+    for i = 1, #specs do
+      local w, c = state[2 * i - 1], state[2 * i]
+      if w >= idiv(now, specs[i][2]) then
+        c = c - cost
+        if c < 0 then
+          c = 0
+        end
+      end
+      new[2 * i - 1], new[2 * i] = w, c
+    end
+    return new
+  end,
+}
