@@ -1,9 +1,10 @@
-"""Write ``src/ratekeeper/limiter.py`` from ``src/ratekeeper/async_limiter.py``.
+"""Write the blocking modules from their asyncio sources (``PAIRS``).
 
-The blocking ``Limiter`` is the asyncio ``AsyncLimiter`` without ``async``/``await``: one
-source, so the two can never drift (the approach of psycopg's ``tools/async_to_sync.py``
-and httpcore's ``scripts/unasync.py``). ``--check`` exits 1 when ``limiter.py`` is not
-what this script would write; ``tests/test_unasync.py`` runs it.
+The blocking ``Limiter`` is the asyncio ``AsyncLimiter`` without ``async``/``await``, and
+the Redis store's calls (``redis_calls.py``) are those of ``redis_calls_async.py``: one
+source each, so the twins can never drift (the approach of psycopg's
+``tools/async_to_sync.py`` and httpcore's ``scripts/unasync.py``). ``--check`` exits 1
+when a target is not what this script would write; ``tests/test_unasync.py`` runs it.
 """
 
 from __future__ import annotations
@@ -14,12 +15,27 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = ROOT / "src" / "ratekeeper" / "async_limiter.py"
-TARGET = ROOT / "src" / "ratekeeper" / "limiter.py"
+PACKAGE = ROOT / "src" / "ratekeeper"
 
-HEADER = '''"""``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+# (asyncio source, blocking target, the target's docstring's first line)
+PAIRS: list[tuple[Path, Path, str]] = [
+    (
+        PACKAGE / "async_limiter.py",
+        PACKAGE / "limiter.py",
+        "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.",
+    ),
+    (
+        PACKAGE / "stores" / "redis_calls_async.py",
+        PACKAGE / "stores" / "redis_calls.py",
+        "What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.",
+    ),
+]
 
-Generated from ``async_limiter.py`` by ``tools/unasync.py``: do not edit; edit that file
+
+def header(source: Path, title: str) -> str:
+    return f'''"""{title}
+
+Generated from ``{source.name}`` by ``tools/unasync.py``: do not edit; edit that file
 and run ``python tools/unasync.py``.
 """
 '''
@@ -29,6 +45,8 @@ RULES: list[tuple[str, str]] = [
     (r"\basync def ", "def "),
     (r"\bawait ", ""),
     (r"\bAsyncLimiter\b", "Limiter"),
+    (r"\bAsyncRedisCalls\b", "RedisCalls"),
+    (r"\basync_client\b", "sync_client"),
     (r"\bAsyncLease\b", "Lease"),
     (r"\bAsyncStore \| Store\b", "Store"),
     (r"\bAsyncStore\b", "Store"),
@@ -42,14 +60,14 @@ RULES: list[tuple[str, str]] = [
 ]
 
 
-def generate(source: str) -> str:
+def generate(source: str, path: Path, target: Path, title: str) -> str:
     """The sync module, formatted as the project formats code (``ruff format``)."""
     body = source[source.index('"""', 3) + 3 :].lstrip("\n")
     for pattern, replacement in RULES:
         body = re.sub(pattern, replacement, body)
     formatted = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(TARGET), "-"],
-        input=HEADER + "\n" + body,
+        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(target), "-"],
+        input=header(path, title) + "\n" + body,
         capture_output=True,
         text=True,
         check=True,
@@ -59,14 +77,15 @@ def generate(source: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    expected = generate(SOURCE.read_text())
-    if "--check" in argv:
-        if TARGET.read_text() != expected:
-            print(f"{TARGET.relative_to(ROOT)} is out of date: run python tools/unasync.py", file=sys.stderr)
-            return 1
-        return 0
-    TARGET.write_text(expected)
-    return 0
+    stale = 0
+    for source, target, title in PAIRS:
+        expected = generate(source.read_text(), source, target, title)
+        if "--check" not in argv:
+            target.write_text(expected)
+        elif not target.exists() or target.read_text() != expected:
+            print(f"{target.relative_to(ROOT)} is out of date: run python tools/unasync.py", file=sys.stderr)
+            stale = 1
+    return stale
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def test_cluster_url_lists_its_seed_nodes() -> None:
         ("redis://h/0", {"prefix": "a{b"}, "braces"),
     ],
 )
-def test_bad_urls_and_options_are_refused_with_what_would_be_right(url: str, options: dict[str, Any], says: str) -> None:
+def test_bad_urls_and_options_are_refused_with_what_would_be_right(
+    url: str, options: dict[str, Any], says: str
+) -> None:
     with pytest.raises(ConfigurationError, match=says):
         RedisStore(url, **options)
 

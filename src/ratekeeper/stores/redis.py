@@ -10,16 +10,15 @@ A lone caller sends at once and pays nothing for this.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
-from ratekeeper.stores.redis_core import Batch, Call, RedisCore, translate
+from ratekeeper.stores.redis_calls import RedisCalls
+from ratekeeper.stores.redis_core import Batch
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
-    from ratekeeper.stores.base import Item
 
 __all__ = ["RedisStore"]
 
@@ -36,52 +35,14 @@ class _Waiter:
         self.lead: tuple[list[wire.Op], int | None, list[_Waiter]] | None = None
 
 
-class RedisStore:
+class RedisStore(RedisCalls):
     """The Redis store (``redis://``, ``rediss://``, ``valkey://``, ``unix://``,
     ``redis+sentinel://``, ``redis+cluster://``); see ``redis_url`` for the options."""
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
-        self.core = RedisCore(url, **options)
-        self.client: Any = self.core.target.sync_client(self.core.timeout, self.core.max_connections)
+        super().__init__(url, **options)
         self._lock = threading.Lock()
         self._batch: Batch[_Waiter] = Batch(self.core.max_in_flight, self.core.max_batch)
-
-    # -- executing calls ---------------------------------------------------------------
-
-    def _eval(self, call: Call) -> Any:
-        import redis.exceptions as rexc
-
-        try:
-            try:
-                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            except rexc.NoScriptError:
-                self.client.script_load(call.script.source)
-                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except rexc.RedisError as exc:
-            raise translate(exc, "a decision") from exc
-
-    def _send(self, calls: Sequence[Call]) -> list[Any]:
-        if len(calls) == 1:
-            return [self._eval(calls[0])]
-        import redis.exceptions as rexc
-
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            for call in calls:
-                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            replies: list[Any] = pipe.execute(raise_on_error=False)
-        except rexc.RedisError as exc:
-            raise translate(exc, "a pipeline of decisions") from exc
-        for i, reply in enumerate(replies):
-            if isinstance(reply, rexc.NoScriptError):
-                replies[i] = self._eval(calls[i])  # the script did not run: safe to send again
-            elif isinstance(reply, Exception):
-                raise translate(reply, "a decision") from reply
-        return replies
-
-    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
-        calls = self.core.calls(ops, now, atomic)
-        return self.core.assemble(len(ops), calls, self._send(calls))
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
         if not self.core.batching:
@@ -147,26 +108,8 @@ class RedisStore:
         assert decision is not None
         return decision
 
-    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
-        ops = self.core.many_ops(items)
-        calls = self.core.calls(ops, now, atomic=True)
-        decisions = self.core.assemble(len(ops), calls, self._send(calls))
-        if len(calls) > 1 and not all(decisions):
-            undo = self.core.rollback(calls, decisions)
-            if undo:
-                self._run(undo, now)
-        return tuple(d for d in decisions if d is not None)
-
     def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
         self._submit((wire.REFUND, plan, key, cost, None, lease_id), now)
-
-    def reset(self, plan: Plan, key: str) -> None:
-        import redis.exceptions as rexc
-
-        try:
-            self.client.delete(self.core.storage_key(plan, key))
-        except rexc.RedisError as exc:
-            raise translate(exc, "a reset") from exc
 
     def close(self) -> None:
         self.client.close()
