@@ -1,0 +1,1 @@
+"""The conformance suite: every store decides exactly as the reference algorithms do."""

@@ -1,0 +1,472 @@
+"""Random traces, the reference model, and the session that compares a store with it.
+
+A ``Trace`` is a few rules (``RuleSpec``), a number of keys, a starting time (µs) and a
+list of operations: ``Advance`` (the clock moves, sometimes back), ``Acquire`` (decide and
+charge; with ``max_wait`` for the reserving algorithms), ``Peek`` (decide, charge
+nothing), ``Refund``, ``Release`` (of a concurrency lease), ``Reset`` and ``Batch``
+(``decide_many``, all or nothing). ``Session`` applies each operation at the same explicit
+``now`` to the store under test and to ``Reference`` (a dict of states driven by the pure
+algorithms, batches as ``MemoryStore.decide_many``), and fails on the first decision that
+differs in any field, naming the operation, the time and the field.
+
+The clock steps back only as far as every store must still remember: a store may drop a
+key's state once it is whole again (``Reference.whole_at``), and a whole state dropped
+decides like one kept only from the time it became whole. ``Reference.floor`` is that
+time for every key a store may already have dropped.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from ratekeeper.algorithms import ALGORITHMS
+from ratekeeper.algorithms.base import UNBOUNDED_WAIT, Plan
+from ratekeeper.decision import Decision
+from ratekeeper.limit import Limit
+from ratekeeper.rule import Rule
+
+__all__ = [
+    "ALGORITHM_NAMES",
+    "Acquire",
+    "Advance",
+    "Batch",
+    "Peek",
+    "Reference",
+    "Refund",
+    "Release",
+    "Reset",
+    "RuleSpec",
+    "Session",
+    "Trace",
+    "rule_specs",
+    "traces",
+]
+
+ALGORITHM_NAMES = tuple(ALGORITHMS)
+BURSTY = frozenset(name for name, algo in ALGORITHMS.items() if algo.uses_burst)
+RESERVING = frozenset(name for name, algo in ALGORITHMS.items() if algo.reserves)
+LEASING = frozenset(name for name, algo in ALGORITHMS.items() if algo.uses_leases)
+
+HOUR_US = 3_600_000_000
+EPOCH_US = 1_750_000_000_000_000
+"""Microseconds since the epoch in 2025, as Redis ``TIME`` and ``clock_timestamp()`` give."""
+
+FIELDS = ("rule", "limits", "allowed", "denied_index", "retry_us", "delay_us", "remaining", "reset_us", "lease_id")
+"""The fields of a ``Decision`` tuple, in order."""
+
+
+# --------------------------------------------------------------------------- the trace
+
+
+@dataclass(frozen=True)
+class RuleSpec:
+    """One rule of a trace: its algorithm and limits (the session names it)."""
+
+    algorithm: str
+    limits: tuple[Limit, ...]
+
+    def build(self, name: str) -> Rule:
+        return Rule(name, self.limits, self.algorithm)
+
+    @property
+    def capacity(self) -> int:
+        return max(limit.capacity for limit in self.limits)
+
+    def __repr__(self) -> str:
+        return f"RuleSpec({self.algorithm!r}, {[str(limit) for limit in self.limits]!r})"
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The clock moves by ``us`` µs; negative: it steps back (never below ``Reference.floor``)."""
+
+    us: int
+
+
+@dataclass(frozen=True)
+class Acquire:
+    """``decide`` and charge: ``try_acquire`` (``max_wait`` None) or ``acquire``'s reservation."""
+
+    rule: int
+    key: int
+    cost: int
+    max_wait: int | None = None
+
+
+@dataclass(frozen=True)
+class Peek:
+    """``decide`` with ``commit=False``: what ``try_acquire`` would answer, nothing charged."""
+
+    rule: int
+    key: int
+    cost: int
+
+
+@dataclass(frozen=True)
+class Refund:
+    """Give back ``cost`` (not for concurrency rules: they release leases)."""
+
+    rule: int
+    key: int
+    cost: int
+
+
+@dataclass(frozen=True)
+class Release:
+    """Release the ``lease``-th lease granted on (rule, key), modulo their number; an unknown
+    lease id when none was granted (a no-op on every store)."""
+
+    rule: int
+    key: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class Reset:
+    rule: int
+    key: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """``decide_many`` over (rule, key, cost) items: every item charged, or none."""
+
+    items: tuple[tuple[int, int, int], ...]
+
+
+Op = Advance | Acquire | Peek | Refund | Release | Reset | Batch
+
+
+@dataclass(frozen=True)
+class Trace:
+    rules: tuple[RuleSpec, ...]
+    keys: int
+    start: int
+    ops: tuple[Op, ...]
+
+
+# --------------------------------------------------------------------------- strategies
+
+_COUNTS = st.integers(1, 10)
+_PERIODS_US = st.one_of(
+    st.sampled_from([1, 2, 3, 7, 1_000, 100_000, 1_000_000, 1_100_000, 3_000_000, 7_000_000, 60_000_000, 600_000_000]),
+    st.integers(1, 5_000),
+    st.integers(1, 10_000_000),
+)
+"""From 1 µs (fractional emission intervals such as 7/3 µs) to ten minutes, round and not."""
+
+_STARTS = st.one_of(
+    st.sampled_from([0, 1, 1_000_000]),
+    st.integers(0, 10**7),
+    st.integers(EPOCH_US, EPOCH_US + 10**12),
+    st.integers(EPOCH_US, EPOCH_US + 10**12),
+    st.integers(2**52, 2**53 - 2**43),
+)
+"""Small times, realistic epoch microseconds (weighted twice), and the far future where
+``now * d`` no longer fits a double's 53 bits (stores must keep times relative)."""
+
+
+@st.composite
+def rule_specs(draw: st.DrawFn, algorithm: str | None = None) -> RuleSpec:
+    """A rule of ``algorithm`` (any, when None) with one to three small limits."""
+    name = algorithm if algorithm is not None else draw(st.sampled_from(ALGORITHM_NAMES))
+    limits = []
+    for _ in range(draw(st.integers(1, 3))):
+        count, period_us = draw(_COUNTS), draw(_PERIODS_US)
+        burst = draw(st.none() | st.integers(1, 10)) if name in BURSTY else None
+        limits.append(Limit.from_us(count, period_us, burst))
+    return RuleSpec(name, tuple(limits))
+
+
+def _steps(rules: Sequence[RuleSpec]) -> st.SearchStrategy[int]:
+    periods = sorted({limit.period_us for spec in rules for limit in spec.limits})
+    around = st.one_of(*(st.integers(max(0, p - 2), p + 2) for p in periods))
+    within = st.one_of(*(st.integers(0, 2 * p) for p in periods))
+    back = st.one_of(st.integers(1, 5_000_000), *(st.integers(1, p) for p in periods)).map(lambda us: -us)
+    return st.one_of(
+        st.just(0),
+        st.just(1),
+        st.integers(2, 1_000),
+        around,
+        within,
+        st.integers(1, 10).map(lambda hours: hours * HOUR_US),
+        back,
+    )
+
+
+def _costs(spec: RuleSpec) -> st.SearchStrategy[int]:
+    """Mostly 1; else 0 to one more than the largest capacity (refused with retry -1)."""
+    return st.one_of(st.just(1), st.integers(0, spec.capacity + 1))
+
+
+def _max_waits(spec: RuleSpec) -> st.SearchStrategy[int | None]:
+    longest = max(limit.period_us for limit in spec.limits)
+    return st.one_of(st.none(), st.just(0), st.integers(0, 3 * longest), st.just(UNBOUNDED_WAIT))
+
+
+def _operations(rules: tuple[RuleSpec, ...], keys: int) -> st.SearchStrategy[Op]:
+    rule_index = st.integers(0, len(rules) - 1)
+    key_index = st.integers(0, keys - 1)
+
+    @st.composite
+    def acquire(draw: st.DrawFn) -> Acquire:
+        i = draw(rule_index)
+        spec = rules[i]
+        cost = draw(_costs(spec))
+        max_wait = draw(_max_waits(spec)) if spec.algorithm in RESERVING else None
+        return Acquire(i, draw(key_index), cost, max_wait)
+
+    @st.composite
+    def peek(draw: st.DrawFn) -> Peek:
+        i = draw(rule_index)
+        return Peek(i, draw(key_index), draw(_costs(rules[i])))
+
+    @st.composite
+    def give_back(draw: st.DrawFn) -> Refund | Release:
+        i = draw(rule_index)
+        if rules[i].algorithm in LEASING:
+            return Release(i, draw(key_index), draw(st.integers(0, 7)))
+        return Refund(i, draw(key_index), draw(_costs(rules[i])))
+
+    @st.composite
+    def item(draw: st.DrawFn) -> tuple[int, int, int]:
+        i = draw(rule_index)
+        return i, draw(key_index), draw(_costs(rules[i]))
+
+    advance = _steps(rules).map(Advance)
+    reset = st.builds(Reset, rule_index, key_index)
+    batch = st.lists(item(), min_size=1, max_size=3).map(lambda items: Batch(tuple(items)))
+    return st.one_of(advance, advance, acquire(), acquire(), acquire(), peek(), give_back(), reset, batch)
+
+
+@st.composite
+def traces(draw: st.DrawFn, algorithm: str | None = None, max_ops: int = 30) -> Trace:
+    """A trace over one to three rules of ``algorithm`` (mixed algorithms when None)."""
+    rules = tuple(draw(rule_specs(algorithm)) for _ in range(draw(st.integers(1, 3))))
+    keys = draw(st.integers(1, 3))
+    start = draw(_STARTS)
+    ops = draw(st.lists(_operations(rules, keys), min_size=1, max_size=max_ops))
+    return Trace(rules, keys, start, tuple(ops))
+
+
+# --------------------------------------------------------------------------- the reference
+
+
+class Reference:
+    """The truth: each (rule, key)'s state in a dict, decided by the pure algorithms.
+
+    ``decide`` is ``Algorithm.decide`` (the generic reference, not the compiled one-limit
+    decider the memory store runs); batches are decided as ``MemoryStore.decide_many``
+    does: in order, each item seeing the ones before it, committed only when every item
+    is admitted. It also tracks when each state becomes whole (``whole_at``), the earliest
+    time a store may forget it.
+    """
+
+    def __init__(self) -> None:
+        self.states: dict[tuple[str, str], Any] = {}
+        self.whole_at: dict[tuple[str, str], int] = {}
+        self.latest = 0
+
+    def decide(
+        self, plan: Plan, key: str, cost: int, max_wait: int | None, lease_id: str | None, now: int, commit: bool
+    ) -> Decision:
+        slot = (plan.table, key)
+        state = self.states.get(slot)
+        new, decision = plan.algorithm.decide(plan, state, now, cost, max_wait, lease_id)
+        if commit:
+            self._store(plan, slot, state, new, now)
+        return decision
+
+    def decide_many(self, items: Sequence[tuple[Plan, str, int, str | None]], now: int) -> tuple[Decision, ...]:
+        pending: dict[tuple[str, str], Any] = {}
+        plans: dict[tuple[str, str], Plan] = {}
+        decisions = []
+        for plan, key, cost, lease_id in items:
+            slot = (plan.table, key)
+            state = pending[slot] if slot in pending else self.states.get(slot)
+            pending[slot], decision = plan.algorithm.decide(plan, state, now, cost, None, lease_id)
+            plans[slot] = plan
+            decisions.append(decision)
+        if all(d.allowed for d in decisions):
+            for slot, new in pending.items():
+                self._store(plans[slot], slot, self.states.get(slot), new, now)
+        return tuple(decisions)
+
+    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None, now: int) -> None:
+        slot = (plan.table, key)
+        state = self.states.get(slot)
+        if state is not None:
+            self._store(plan, slot, state, plan.algorithm.refund(plan, state, now, cost, lease_id), now)
+
+    def reset(self, plan: Plan, key: str) -> None:
+        slot = (plan.table, key)
+        self.states.pop(slot, None)
+        self.whole_at.pop(slot, None)
+
+    def _store(self, plan: Plan, slot: tuple[str, str], old: Any, new: Any, now: int) -> None:
+        if new is None:
+            self.states.pop(slot, None)
+            self.whole_at.pop(slot, None)
+            return
+        self.states[slot] = new
+        if new != old or slot not in self.whole_at:
+            _, probe = plan.algorithm.decide(plan, new, now, 0, None, None)
+            self.whole_at[slot] = now + max(probe.reset_us)
+
+    def floor(self) -> int:
+        """The earliest time the clock may step back to: a state a store may have dropped
+        (whole by the latest time seen) decides like no state only from its whole time on."""
+        return max((w for w in self.whole_at.values() if w <= self.latest), default=0)
+
+
+# --------------------------------------------------------------------------- the session
+
+Call = Callable[..., Any]
+"""``call(method, *args)``: run one method of the store under test (awaited for async stores)."""
+
+
+class Disagreement(AssertionError):
+    """A store decided differently from the reference."""
+
+
+def _shape(value: Any) -> Any:
+    """The types inside a decision field (a store answering 3.0 for 3 is wrong too)."""
+    if isinstance(value, tuple) and not isinstance(value, Limit):
+        return tuple(_shape(v) for v in value)
+    return type(value).__name__
+
+
+def _raw(value: Any) -> str:
+    """Every field of a decision (or of a batch of them), not the friendly repr."""
+    if isinstance(value, Decision):
+        return tuple.__repr__(value)
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_raw(v) for v in value) + ")"
+    return repr(value)
+
+
+def _explain(got: Any, want: Any) -> str:
+    if not (isinstance(got, tuple) and isinstance(want, tuple)):
+        return f"store {got!r}, reference {want!r}"
+    lines = []
+    for name, g, w in zip(FIELDS, got, want, strict=False):
+        if g != w or _shape(g) != _shape(w):
+            lines.append(f"    {name}: store {g!r}, reference {w!r}")
+    if len(got) != len(want):
+        lines.append(f"    length: store {len(got)}, reference {len(want)}")
+    return "\n".join(lines)
+
+
+class Session:
+    """One trace replayed on a store and on the reference, side by side.
+
+    ``call`` runs a store method (the thin sync or async shell); ``tag`` makes the rule
+    names and keys unique to this session, so sessions sharing a store never meet.
+    """
+
+    def __init__(self, call: Call, rules: tuple[RuleSpec, ...], keys: int, start: int, tag: str) -> None:
+        self.call = call
+        self.specs = rules
+        self.rules = tuple(spec.build(f"{tag}.r{i}") for i, spec in enumerate(rules))
+        self.keys = tuple(f"{tag}.k{j}" for j in range(keys))
+        self.tag = tag
+        self.now = start
+        self.reference = Reference()
+        self.reference.latest = start
+        self.leases: dict[tuple[int, int], list[str]] = {}
+        self.history: list[str] = []
+        self.count = 0
+
+    def run(self, ops: Sequence[Op]) -> None:
+        for op in ops:
+            self.apply(op)
+        self.finish()
+
+    def apply(self, op: Op) -> None:
+        self.count += 1
+        self.history.append(f"#{self.count} {op!r} at now={self.now}")
+        if isinstance(op, Advance):
+            target = self.now + op.us
+            if op.us < 0:
+                target = max(target, self.reference.floor(), 0)
+            self.now = target
+            self.reference.latest = max(self.reference.latest, target)
+            self.history[-1] += f" -> now={target}"
+        elif isinstance(op, Acquire):
+            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            lease = f"{self.tag}.lease{self.count}" if plan.leases else None
+            want = self.reference.decide(plan, key, op.cost, op.max_wait, lease, self.now, True)
+            got = self.call("decide", plan, key, op.cost, op.max_wait, lease, self.now, True)
+            self.compare(op, got, want)
+            if want.lease_id is not None:
+                self.leases.setdefault((op.rule, op.key), []).append(want.lease_id)
+        elif isinstance(op, Peek):
+            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            want = self.reference.decide(plan, key, op.cost, None, None, self.now, False)
+            got = self.call("decide", plan, key, op.cost, None, None, self.now, False)
+            self.compare(op, got, want)
+        elif isinstance(op, Refund):
+            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            self.reference.refund(plan, key, op.cost, None, self.now)
+            self.call("refund", plan, key, op.cost, None, self.now)
+        elif isinstance(op, Release):
+            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            held = self.leases.get((op.rule, op.key))
+            lease = held[op.lease % len(held)] if held else f"{self.tag}.unknown-lease"
+            self.history[-1] += f" releases {lease!r}"
+            self.reference.refund(plan, key, 0, lease, self.now)
+            self.call("refund", plan, key, 0, lease, self.now)
+        elif isinstance(op, Reset):
+            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            self.reference.reset(plan, key)
+            self.call("reset", plan, key)
+        else:
+            items = []
+            for n, (i, k, cost) in enumerate(op.items):
+                plan = self.rules[i]._plan
+                items.append((plan, self.keys[k], cost, f"{self.tag}.lease{self.count}.{n}" if plan.leases else None))
+            want_all = self.reference.decide_many(items, self.now)
+            got_all = self.call("decide_many", items, self.now)
+            self.compare(op, tuple(got_all), want_all)
+            if all(d.allowed for d in want_all):
+                for (i, k, _), d in zip(op.items, want_all, strict=True):
+                    if d.lease_id is not None:
+                        self.leases.setdefault((i, k), []).append(d.lease_id)
+
+    def finish(self) -> None:
+        """Peek every (rule, key) at the end: a state that drifted apart unseen shows here."""
+        for i in range(len(self.rules)):
+            for k in range(len(self.keys)):
+                self.apply(Peek(i, k, 1))
+
+    def compare(self, op: Op, got: Any, want: Any) -> None:
+        if got == want and _shape(got) == _shape(want):
+            return
+        if isinstance(op, Batch):
+            detail = "\n".join(
+                f"  item {n}:\n{_explain(g, w)}" for n, (g, w) in enumerate(zip(got, want, strict=False)) if g != w
+            ) or _explain(got, want)
+        else:
+            detail = _explain(got, want)
+        rules = ", ".join(f"r{i} = {spec!r}" for i, spec in enumerate(self.specs))
+        raise Disagreement(
+            f"the store disagrees with the reference at op #{self.count} {op!r}, now={self.now} ({rules}):\n"
+            f"{detail}\n  store:     {_raw(got)}\n"
+            f"  reference: {_raw(want)}\n  ops so far:\n    " + "\n    ".join(self.history)
+        )
+
+
+def examples(default: int) -> int:
+    """Examples per test: ``RATEKEEPER_CONFORMANCE_EXAMPLES`` scales a deep run."""
+    raw = os.environ.get("RATEKEEPER_CONFORMANCE_EXAMPLES")
+    if not raw:
+        return default
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"RATEKEEPER_CONFORMANCE_EXAMPLES must be a positive integer, got {raw!r}")
+    return value
