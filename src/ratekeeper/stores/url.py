@@ -7,12 +7,13 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
+from ratekeeper.stores.postgres_core import POSTGRES_SCHEMES
 from ratekeeper.stores.redis_url import REDIS_SCHEMES
 
 __all__ = ["SCHEMES", "open_async_store", "open_store"]
 
-SCHEMES = ("memory", *REDIS_SCHEMES)
-_PLANNED = ("postgresql", "postgres")
+SCHEMES = ("memory", *REDIS_SCHEMES, *POSTGRES_SCHEMES)
+_PLANNED: tuple[str, ...] = ()
 
 
 def _int_option(name: str, value: Any) -> int:
@@ -52,6 +53,10 @@ def open_store(url: str | Store, **options: Any) -> Store:
         from ratekeeper.stores.redis import RedisStore
 
         return RedisStore(url, **options)
+    if scheme in POSTGRES_SCHEMES:
+        from ratekeeper.stores.postgres import PostgresStore
+
+        return PostgresStore(url, **options)
     if scheme in _PLANNED:
         raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
     raise ConfigurationError(
@@ -65,5 +70,9 @@ def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStor
         from ratekeeper.stores.redis_async import AsyncRedisStore
 
         return AsyncRedisStore(url, **options)
+    if isinstance(url, str) and urlsplit(url).scheme.lower() in POSTGRES_SCHEMES:
+        from ratekeeper.stores.postgres_async import AsyncPostgresStore
+
+        return AsyncPostgresStore(url, **options)
     opened: Any = url if hasattr(url, "aclose") and not options else open_store(url, **options)  # type: ignore[arg-type]
     return opened if hasattr(opened, "aclose") else InProcessAsync(opened)

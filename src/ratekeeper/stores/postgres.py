@@ -1,0 +1,223 @@
+"""``PostgresStore``: the PostgreSQL store for ``Limiter`` (threads), over ``postgres_core``.
+
+One decision is one statement, ``SELECT <schema>.<table>_decide(keys, args)``: a PL/pgSQL
+function that locks the rows it needs in one order, reads ``clock_timestamp()``, decides
+every op with the algorithm's function and writes back, all inside that statement (no
+lock outlives it, no read-then-write round trips). ``try_acquire_many`` is one statement
+too. Calls from several threads coalesce: while ``max_in_flight`` statements are out,
+further callers queue, and the first of them sends everything queued as one statement
+when one returns. The schema is installed on first use (or by ``ratekeeper migrate``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.stores import wire
+from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, translate
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.decision import Decision
+    from ratekeeper.stores.base import Item
+
+__all__ = ["PostgresStore"]
+
+
+class _Waiter:
+    """A thread waiting for its op: woken with a result, an error, or the lead of a call."""
+
+    __slots__ = ("error", "event", "lead", "result")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.result: Decision | None = None
+        self.error: BaseException | None = None
+        self.lead: tuple[list[wire.Op], int | None, list[_Waiter]] | None = None
+
+
+class PostgresStore:
+    """The PostgreSQL store (``postgresql://``, ``postgres://``); see ``PostgresOptions``."""
+
+    def __init__(self, url: str = "postgresql://postgres@127.0.0.1:5432/postgres", **options: Any) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.core = core = PostgresCore(url, **options)
+        opts = core.options
+        self.pool = ConnectionPool(
+            opts.conninfo,
+            kwargs=opts.connection_kwargs(),
+            min_size=opts.min_size,
+            max_size=opts.max_size,
+            configure=self._configure,
+            timeout=opts.timeout,
+            reconnect_timeout=max(60.0, opts.timeout),
+            name="ratekeeper",
+            open=False,
+        )
+        self.pool.open(wait=False)
+        self._ready = False
+        self._ready_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._batch: Batch[_Waiter] = Batch(opts.max_in_flight)
+
+    def _configure(self, conn: Any) -> None:
+        conn.execute(self.core.session_sql)
+
+    # -- executing statements ------------------------------------------------------------
+
+    def _execute(self, sql: str, params: Sequence[Any], what: str) -> Any:
+        import psycopg
+        import psycopg_pool
+
+        try:
+            with self.pool.connection(timeout=self.core.timeout) as conn:
+                cur = conn.execute(sql, params)
+                return cur.fetchone() if cur.description is not None else None
+        except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if connection_lost(exc):
+                self._check_pool()
+            raise translate(exc, what) from exc
+
+    def _check_pool(self) -> None:
+        """A connection died: replace the idle ones that died with it (a server restart)."""
+        with contextlib.suppress(Exception):  # the pool reconnects in the background anyway
+            self.pool.check()
+
+    def migrate(self) -> None:
+        """Install or update the schema, table and functions (idempotent; concurrent
+        callers wait on one advisory lock, so one of them does the work)."""
+        import psycopg
+        import psycopg_pool
+
+        core = self.core
+        try:
+            with self.pool.connection(timeout=core.timeout) as conn:
+                conn.execute("SET statement_timeout = 0")
+                try:
+                    with conn.transaction():
+                        conn.execute(core.lock_sql, core.lock_params)
+                        if not core.is_current(conn.execute(core.installed_sql, core.installed_params).fetchone()):
+                            conn.execute(core.migration(), prepare=False)
+                finally:
+                    conn.execute(core.statement_timeout_sql)
+        except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            raise translate(exc, "the schema migration") from exc
+        self._ready = True
+
+    def _ensure(self) -> None:
+        with self._ready_lock:
+            if self._ready:
+                return
+            row = self._execute(self.core.installed_sql, self.core.installed_params, "the schema check")
+            if self.core.is_current(row):
+                self._ready = True
+            else:
+                self.migrate()
+
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
+        if not self._ready:
+            self._ensure()
+        sql, params = self.core.call(ops, now, atomic)
+        return self.core.decode(ops, self._execute(sql, params, "a decision"))
+
+    def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
+        if not self.core.options.batching:
+            return self._run([op], now)[0]
+        batch = self._batch
+        with self._lock:
+            if batch.can_send() and not batch.queue:
+                batch.in_flight += 1
+                me = None
+            else:
+                me = _Waiter()
+                batch.queue.append((op, now, me))
+        if me is None:
+            try:
+                return self._run([op], now)[0]
+            finally:
+                self._finish()
+        me.event.wait()
+        if me.lead is not None:
+            ops, at, waiters = me.lead
+            try:
+                results = self._run(ops, at)
+            except BaseException as exc:  # noqa: BLE001 - every waiter of the call gets the error
+                for w in waiters:
+                    w.error = exc
+                results = []
+            else:
+                for w, result in zip(waiters, results, strict=True):
+                    w.result = result
+            finally:
+                self._finish()
+            for w in waiters:
+                if w is not me:
+                    w.event.set()
+        if me.error is not None:
+            raise me.error
+        return me.result
+
+    def _finish(self) -> None:
+        """A statement returned: hand the queued ops to the first queued thread, or free the slot."""
+        with self._lock:
+            batch = self._batch
+            if batch.queue:
+                ops, now, waiters = batch.take()
+                waiters[0].lead = (ops, now, waiters)
+                waiters[0].event.set()
+            else:
+                batch.in_flight -= 1
+
+    # -- the Store role ------------------------------------------------------------------
+
+    def decide(
+        self,
+        plan: Plan,
+        key: str,
+        cost: int,
+        max_wait: int | None = None,
+        lease_id: str | None = None,
+        now: int | None = None,
+        commit: bool = True,
+    ) -> Decision:
+        decision = self._submit((wire.DECIDE if commit else wire.PEEK, plan, key, cost, max_wait, lease_id), now)
+        assert decision is not None
+        return decision
+
+    def decide_ops(self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False) -> list[Decision | None]:
+        """Decide a list of wire ops in one statement, in order (None for each refund)."""
+        return self._run(ops, now, atomic)
+
+    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
+        decisions = self._run(self.core.many_ops(items), now, atomic=True)
+        return tuple(d for d in decisions if d is not None)
+
+    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
+        self._submit((wire.REFUND, plan, key, cost, None, lease_id), now)
+
+    def reset(self, plan: Plan, key: str) -> None:
+        if not self._ready:
+            self._ensure()
+        sql, params = self.core.reset(plan, key)
+        self._execute(sql, params, "a reset")
+
+    def sweep(self, max_rows: int = 1000) -> int:
+        """Delete up to ``max_rows`` idle rows now (the decide function also does this on
+        its own, now and then); 0 when another instance holds the sweep."""
+        if not self._ready:
+            self._ensure()
+        row = self._execute(self.core.sweep_sql, (max_rows,), "a sweep")
+        return int(row[0])
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,313 @@
+"""The PostgreSQL store without I/O: options, the SQL it installs, what one call sends, how
+to read the reply, and how errors are named.
+
+The sync (``postgres.py``) and asyncio (``postgres_async.py``) shells only execute what
+this module plans, so the logic exists once:
+
+- ``PostgresOptions``: the URL and its options (``schema``, ``table``, ``unlogged``,
+  ``timeout``, ``min_size``, ``max_size``, ``prefix``), checked.
+- ``migration_sql``: the schema, the state table and the PL/pgSQL functions
+  (``sql/*.sql``, shipped as package data), idempotent.
+- ``PostgresCore.call``: one statement, ``SELECT <schema>.<table>_decide(keys, args)``,
+  deciding a list of ops in the wire format (``wire.py``); ``decode`` reads its reply.
+- ``Batch``: the ops waiting while earlier calls are in flight (hot-key coalescing): the
+  shells send them together as one call, one decision each, in arrival order.
+- ``translate``: psycopg / psycopg_pool exceptions become ``StoreTimeout`` / ``StoreError``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections import deque
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
+from ratekeeper.stores import wire
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.decision import Decision
+    from ratekeeper.stores.base import Item
+
+__all__ = [
+    "ALGORITHM_FILES",
+    "POSTGRES_SCHEMES",
+    "Batch",
+    "PostgresCore",
+    "PostgresOptions",
+    "migration_sql",
+    "translate",
+]
+
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+ALGORITHM_FILES = (
+    "fixed_window",
+    "gcra",
+    "token_bucket",
+    "leaky_bucket",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "concurrency",
+)
+OPTIONS = (
+    "schema",
+    "table",
+    "unlogged",
+    "timeout",
+    "min_size",
+    "max_size",
+    "prefix",
+    "batching",
+    "max_in_flight",
+    "synchronous_commit",
+)
+LIBPQ_OPTIONS = (
+    "application_name",
+    "sslmode",
+    "sslcert",
+    "sslkey",
+    "sslrootcert",
+    "sslpassword",
+    "passfile",
+    "target_session_attrs",
+    "options",
+    "user",
+    "password",
+    "host",
+    "port",
+    "dbname",
+)
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,47}")
+MAX_COST = 1 << 62
+"""Costs above this are sent as this: every capacity is smaller, so the decision is the same."""
+
+
+def _bool_option(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return value.lower() in ("1", "true", "yes", "on")
+    raise ConfigurationError(f"store option {name} must be true or false, got {value!r}")
+
+
+def _number_option(name: str, value: Any, kind: type, minimum: float) -> Any:
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or isinstance(value, bool) or not number >= minimum:
+        what = "an integer" if kind is int else "a number of seconds"
+        raise ConfigurationError(f"store option {name} must be {what} >= {minimum}, got {value!r}")
+    return number
+
+
+def _identifier(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise ConfigurationError(
+            f"store option {name} must be a plain lower-case SQL identifier (letters, digits, _; "
+            f"at most 48 characters, not starting with a digit), got {value!r}"
+        )
+    return value
+
+
+class PostgresOptions:
+    """A ``postgresql://`` URL with its options; keywords override the URL's query.
+
+    ``schema`` (default ``ratekeeper``) and ``table`` (default ``state``) name where the
+    state lives; ``unlogged`` creates the table UNLOGGED (faster, emptied by a crash);
+    ``timeout`` (seconds, default 1.0) bounds connecting, waiting for a pooled connection
+    and each statement (``statement_timeout``); ``min_size`` / ``max_size`` size the pool;
+    ``prefix`` is put before every storage key; ``batching`` (default true) coalesces
+    concurrent calls into one statement while ``max_in_flight`` statements are out;
+    ``synchronous_commit`` (default false) makes each decision wait for its WAL flush
+    (off, a crash of the server may forget the last few milliseconds of charges, never
+    corrupt a state; each decision is about a millisecond faster on a disk that syncs).
+    libpq's own query parameters (``sslmode``, ``application_name``, ...) pass through.
+    """
+
+    def __init__(self, url: str, **options: Any) -> None:
+        parts = urlsplit(url)
+        if parts.scheme.lower() not in POSTGRES_SCHEMES:
+            raise ConfigurationError(f"not a PostgreSQL URL: {url!r}; expected postgresql://user@host:port/dbname")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        ours = {k: v for k, v in query.items() if k in OPTIONS}
+        libpq = {k: v for k, v in query.items() if k not in OPTIONS}
+        unknown = (set(libpq) - set(LIBPQ_OPTIONS)) | (set(options) - set(OPTIONS))
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {sorted(unknown)} for postgresql://; accepted: {', '.join(OPTIONS)} "
+                f"(in the URL or as keywords) and libpq's {', '.join(LIBPQ_OPTIONS)} (in the URL)"
+            )
+        ours.update(options)
+        self.schema: str = _identifier("schema", ours.get("schema", "ratekeeper"))
+        self.table: str = _identifier("table", ours.get("table", "state"))
+        self.unlogged: bool = _bool_option("unlogged", ours.get("unlogged", False))
+        self.timeout: float = _number_option("timeout", ours.get("timeout", 1.0), float, 0.001)
+        self.min_size: int = _number_option("min_size", ours.get("min_size", 1), int, 0)
+        self.max_size: int = _number_option("max_size", ours.get("max_size", 10), int, 1)
+        if self.max_size < self.min_size:
+            raise ConfigurationError(f"store option max_size ({self.max_size}) must be >= min_size ({self.min_size})")
+        prefix = ours.get("prefix", "")
+        if not isinstance(prefix, str):
+            raise ConfigurationError(f"store option prefix must be a str, got {prefix!r}")
+        self.prefix: str = prefix
+        self.batching: bool = _bool_option("batching", ours.get("batching", True))
+        self.max_in_flight: int = _number_option("max_in_flight", ours.get("max_in_flight", 4), int, 1)
+        self.synchronous_commit: bool = _bool_option("synchronous_commit", ours.get("synchronous_commit", False))
+        self.conninfo: str = urlunsplit(parts._replace(query=urlencode(libpq)))
+
+    def connection_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of every pooled connection (libpq rounds a connect timeout up to 2 s)."""
+        return {
+            "autocommit": True,
+            "connect_timeout": max(1, round(self.timeout + 0.499)),
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
+            "prepare_threshold": 0,
+        }
+
+    @property
+    def statement_timeout_ms(self) -> int:
+        return max(1, round(self.timeout * 1000))
+
+
+def _sql_file(name: str) -> str:
+    return resources.files("ratekeeper.stores").joinpath("sql", f"{name}.sql").read_text(encoding="utf-8")
+
+
+@cache
+def _template() -> tuple[str, str]:
+    """The SQL files in the order they must run, and the marker naming their version."""
+    sql = resources.files("ratekeeper.stores").joinpath("sql")
+    names = ["schema", *(name for name in ALGORITHM_FILES if sql.joinpath(f"{name}.sql").is_file()), "decide"]
+    body = "\n".join(_sql_file(name) for name in names)
+    return body, "ratekeeper " + hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
+
+
+def migration_sql(schema: str = "ratekeeper", table: str = "state", unlogged: bool = False) -> str:
+    """The SQL that creates (or updates) the schema, table and functions; idempotent.
+
+    The decide function's comment records a digest of the files (not of the names, nor of
+    the UNLOGGED choice, which applies only when the table is created), so a store can
+    tell whether the installed functions are the ones it ships.
+    """
+    _identifier("schema", schema)
+    _identifier("table", table)
+    body, marker = _template()
+    text = body.replace("@schema@", schema).replace("@table@", table)
+    text = text.replace("@unlogged@", "UNLOGGED" if unlogged else "")
+    return f"{text}\nCOMMENT ON FUNCTION {schema}.{table}_decide(text[], text[]) IS '{marker}';\n"
+
+
+class PostgresCore:
+    """Statements and decoding for one PostgreSQL store."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.options = opts = PostgresOptions(url, **options)
+        self.timeout = opts.timeout
+        self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text[])"
+        self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
+        self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
+        self.installed_sql = "SELECT obj_description(to_regprocedure(%s), 'pg_proc')"
+        self.installed_params = (f"{opts.schema}.{opts.table}_decide(text[],text[])",)
+        self.marker = _template()[1]
+        self.lock_sql = "SELECT pg_advisory_xact_lock(hashtext('ratekeeper.migrate'), hashtext(%s))"
+        self.lock_params = (f"{opts.schema}.{opts.table}",)
+        self.statement_timeout_sql = f"SET statement_timeout = {opts.statement_timeout_ms}"
+        self.session_sql = (
+            f"SELECT set_config('statement_timeout', '{opts.statement_timeout_ms}', false), "
+            f"set_config('synchronous_commit', '{'on' if opts.synchronous_commit else 'off'}', false)"
+        )
+
+    def migration(self) -> str:
+        opts = self.options
+        return migration_sql(opts.schema, opts.table, opts.unlogged)
+
+    def is_current(self, row: Any) -> bool:
+        """Whether the installed functions (``installed_sql``'s row) are the ones shipped."""
+        return row is not None and row[0] == self.marker
+
+    def call(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> tuple[str, tuple[Any, ...]]:
+        """The statement and parameters deciding ``ops`` in one round trip."""
+        if any(op[3] > MAX_COST for op in ops):
+            ops = [(m, p, k, min(c, MAX_COST), w, lease) for m, p, k, c, w, lease in ops]
+        keys, args = wire.encode(ops, self.options.prefix, now, atomic)
+        return self.decide_sql, (keys, [str(a) for a in args])
+
+    @staticmethod
+    def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | None]:
+        return wire.decode(ops, reply[0] if reply is not None and reply[0] is not None else ())
+
+    @staticmethod
+    def many_ops(items: Sequence[Item]) -> list[wire.Op]:
+        return [(wire.DECIDE, plan, key, cost, None, lease) for plan, key, cost, lease in items]
+
+    def reset(self, plan: Plan, key: str) -> tuple[str, tuple[Any, ...]]:
+        return self.reset_sql, (wire.storage_key(self.options.prefix, plan, key),)
+
+
+W = TypeVar("W")
+
+
+class Batch(Generic[W]):
+    """Ops waiting for a statement while ``max_in_flight`` statements are out (no I/O, no
+    locking: the shells hold their lock or run on one event loop).
+
+    A waiter ``W`` carries its op and its ``now``; a call takes the oldest waiters that
+    share the oldest one's ``now``, at most ``max_batch``, in arrival order.
+    """
+
+    def __init__(self, max_in_flight: int, max_batch: int = 256) -> None:
+        self.queue: deque[tuple[wire.Op, int | None, W]] = deque()
+        self.in_flight = 0
+        self.max_in_flight = max_in_flight
+        self.max_batch = max_batch
+
+    def can_send(self) -> bool:
+        return self.in_flight < self.max_in_flight
+
+    def take(self) -> tuple[list[wire.Op], int | None, list[W]]:
+        """The next call's ops, their ``now`` and their waiters (the queue must not be empty)."""
+        queue = self.queue
+        now = queue[0][1]
+        ops: list[wire.Op] = []
+        waiters: list[W] = []
+        kept: list[tuple[wire.Op, int | None, W]] = []
+        while queue and len(ops) < self.max_batch:
+            entry = queue.popleft()
+            if entry[1] == now:
+                ops.append(entry[0])
+                waiters.append(entry[2])
+            else:
+                kept.append(entry)
+        queue.extendleft(reversed(kept))
+        return ops, now, waiters
+
+
+def connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` means the connection (or the server) went away: the pool's idle
+    connections are then suspect and are checked."""
+    import psycopg
+
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, psycopg.errors.QueryCanceled)
+
+
+def translate(exc: BaseException, what: str) -> StoreError:
+    """Our exception for a psycopg / psycopg_pool one (the caller chains it with ``from exc``)."""
+    import psycopg
+    import psycopg_pool
+
+    if isinstance(exc, psycopg.errors.QueryCanceled):
+        return StoreTimeout(f"PostgreSQL did not finish {what} within the statement timeout: {exc}")
+    if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.errors.ConnectionTimeout | TimeoutError):
+        return StoreTimeout(f"PostgreSQL did not answer {what} in time: {exc}")
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolClosed | OSError):
+        return StoreError(f"PostgreSQL is unreachable ({what}): {exc}")
+    return StoreError(f"PostgreSQL failed {what}: {exc}")

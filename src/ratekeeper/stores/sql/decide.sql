@@ -1,0 +1,213 @@
+-- ratekeeper: the one function a store call runs, and the bounded sweep of idle rows.
+--
+-- @schema@.@table@_decide(keys text[], args text[]) RETURNS bigint[]
+--   keys  the storage keys of the call (ratekeeper.stores.wire.storage_key), 1-based
+--   args  the request in the wire format (ratekeeper/stores/wire.py):
+--           now ("" = this server's clock_timestamp(), else µs), atomic ("1" / "0"),
+--           n_ops, then per op: mode ("d" decide, "p" peek, "r" refund), key index,
+--           algorithm, n_limits, n_limits x spec fields, cost, max_wait ("" = none),
+--           lease ("" = none)
+--   returns the flat reply: per "d" / "p" op allowed, denied_index, retry_us, delay_us,
+--           remaining_1..n, reset_1..n (nothing for "r")
+--
+-- How it stays exact and never deadlocks: every row the call touches is locked first, in
+-- one global order (the keys sorted bytewise), inside this one statement; a missing row is
+-- created as a placeholder (INSERT ... ON CONFLICT DO NOTHING) so that concurrent calls on
+-- a new key queue on it too. The clock is read after the locks are held. The ops are then
+-- decided in order on working copies (ops on the same key see each other's effects) and
+-- the changed rows written back; an atomic call whose "d" ops are not all admitted writes
+-- nothing. No lock outlives the statement. One call in SWEEP_EVERY also runs the sweep.
+--
+-- @schema@.@table@_sweep(max_rows int) RETURNS int
+--   deletes at most max_rows rows whose expires_at has passed, skipping rows that another
+--   call holds, when it gets the sweep's advisory lock (pg_try_advisory_xact_lock, never
+--   waiting); returns the number deleted (0 when another instance is sweeping).
+
+CREATE OR REPLACE FUNCTION @schema@.@table@_sweep(max_rows int) RETURNS int
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    wall bigint := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    deleted int;
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtext('ratekeeper.sweep'), hashtext('@schema@.@table@')) THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM @schema@.@table@ WHERE ctid = ANY (ARRAY(
+        SELECT ctid FROM @schema@.@table@ WHERE expires_at < wall
+        ORDER BY expires_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
+    GET DIAGNOSTICS deleted = ROW_COUNT;
+    RETURN deleted;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.@table@_decide(keys text[], args text[]) RETURNS bigint[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    SWEEP_EVERY CONSTANT float8 := 1.0 / 64;  -- the share of calls that also sweep
+    SWEEP_ROWS CONSTANT int := 100;           -- at most this many rows per sweep
+    GRACE_US CONSTANT bigint := 1000000;      -- rows live this long past their whole time
+    TEST_GRACE_US CONSTANT bigint := 86400000000;  -- ... a day when the call gave its own now
+    given text := args[1];
+    atomic boolean := args[2] = '1';
+    n_ops int := args[3]::int;
+    n_keys int := coalesce(array_length(keys, 1), 0);
+    slots @schema@.rk_slot[];
+    s @schema@.rk_slot;
+    k int;
+    pos int;
+    mode text;
+    algo text;
+    n_limits int;
+    width int;
+    spec bigint[];
+    cost bigint;
+    mw bigint;
+    lease text;
+    res record;
+    chk record;
+    life bigint;
+    wall bigint;
+    now_us bigint;
+    out bigint[] := '{}';
+    refused boolean := false;
+    peek_only boolean := true;
+    expires bigint;
+BEGIN
+    -- Which keys the call writes: a call of peeks only reads, and locks nothing.
+    pos := 4;
+    FOR o IN 1..n_ops LOOP
+        IF args[pos] <> 'p' THEN
+            peek_only := false;
+        END IF;
+        algo := args[pos + 2];
+        width := CASE WHEN algo IN ('gcra', 'token_bucket', 'leaky_bucket') THEN 4 ELSE 2 END;
+        pos := pos + 7 + args[pos + 3]::int * width;
+    END LOOP;
+    IF pos <> coalesce(array_length(args, 1), 0) + 1 THEN
+        RAISE EXCEPTION 'ratekeeper: malformed call: % args, expected %', array_length(args, 1), pos - 1;
+    END IF;
+
+    -- Lock (or create) every row in one order.
+    slots := array_fill(NULL::@schema@.rk_slot, ARRAY[n_keys]);
+    FOR k IN SELECT i FROM generate_subscripts(keys, 1) AS i ORDER BY keys[i] COLLATE "C" LOOP
+        s := ROW(NULL, NULL, false, false, 0);
+        IF peek_only THEN
+            SELECT t.state, t.leases INTO s.state, s.leases FROM @schema@.@table@ t WHERE t.key = keys[k];
+        ELSE
+            LOOP
+                SELECT t.state, t.leases INTO s.state, s.leases FROM @schema@.@table@ t
+                WHERE t.key = keys[k] FOR UPDATE;
+                EXIT WHEN FOUND;
+                INSERT INTO @schema@.@table@ (key, state, leases, expires_at) VALUES (keys[k], NULL, NULL, 0)
+                ON CONFLICT (key) DO NOTHING;
+                IF FOUND THEN
+                    s.fresh := true;
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
+        slots[k] := s;
+    END LOOP;
+
+    wall := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    now_us := CASE WHEN given = '' THEN wall ELSE given::bigint END;
+
+    -- Decide every op in order.
+    pos := 4;
+    FOR o IN 1..n_ops LOOP
+        mode := args[pos];
+        k := args[pos + 1]::int;
+        algo := args[pos + 2];
+        n_limits := args[pos + 3]::int;
+        width := CASE WHEN algo IN ('gcra', 'token_bucket', 'leaky_bucket') THEN 4 ELSE 2 END;
+        spec := args[pos + 4 : pos + 3 + n_limits * width]::bigint[];
+        pos := pos + 4 + n_limits * width;
+        cost := args[pos]::bigint;
+        mw := nullif(args[pos + 1], '')::bigint;
+        lease := nullif(args[pos + 2], '');
+        pos := pos + 3;
+        s := slots[k];
+        res := @schema@.rk_apply(algo, s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+        IF mode = 'r' THEN
+            -- As MemoryStore.refund: a state that is whole again is deleted.
+            chk := @schema@.rk_apply(algo, res.new_state, res.new_leases, now_us, spec, 0, NULL, NULL, false);
+            life := (SELECT max(x) FROM unnest(chk.reply[5 + n_limits : 4 + 2 * n_limits]) AS x);
+            IF life <= 0 THEN
+                s.state := NULL;
+                s.leases := NULL;
+            ELSE
+                s.state := res.new_state;
+                s.leases := res.new_leases;
+            END IF;
+            s.dirty := true;
+            s.life := life;
+        ELSE
+            out := out || res.reply;
+            IF res.reply[1] = 0 AND mode = 'd' THEN
+                refused := true;
+            END IF;
+            IF mode = 'd' AND (res.new_state IS DISTINCT FROM s.state OR res.new_leases IS DISTINCT FROM s.leases) THEN
+                s.state := res.new_state;
+                s.leases := res.new_leases;
+                s.dirty := true;
+                s.life := (SELECT max(x) FROM unnest(res.reply[5 + n_limits : 4 + 2 * n_limits]) AS x);
+            END IF;
+        END IF;
+        slots[k] := s;
+    END LOOP;
+
+    -- Write back (nothing when an atomic call was refused); drop unused placeholders.
+    IF NOT peek_only THEN
+        FOR k IN 1..n_keys LOOP
+            s := slots[k];
+            IF s.dirty AND NOT (atomic AND refused) AND s.state IS NOT NULL THEN
+                expires := CASE WHEN given = '' THEN now_us + greatest(s.life, 0) + GRACE_US
+                                ELSE wall + greatest(s.life, 0) + TEST_GRACE_US END;
+                expires := (expires / 1000000 + 1) * 1000000;
+                UPDATE @schema@.@table@ SET state = s.state, leases = s.leases, expires_at = expires
+                WHERE key = keys[k];
+            ELSIF s.fresh OR (s.dirty AND NOT (atomic AND refused)) THEN
+                DELETE FROM @schema@.@table@ WHERE key = keys[k];
+            END IF;
+        END LOOP;
+        IF random() < SWEEP_EVERY THEN
+            PERFORM @schema@.@table@_sweep(SWEEP_ROWS);
+        END IF;
+    END IF;
+    RETURN out;
+END
+$$;
+
+-- The algorithm functions by name (one file each); raises for an unknown name.
+CREATE OR REPLACE FUNCTION @schema@.rk_apply(
+    algo text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
+    refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+BEGIN
+    CASE algo
+        WHEN 'gcra' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_gcra(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'fixed_window' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_fixed_window(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'token_bucket' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_token_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'leaky_bucket' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_leaky_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'sliding_window_log' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_sliding_window_log(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'sliding_window_counter' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_sliding_window_counter(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        WHEN 'concurrency' THEN
+            SELECT * INTO new_state, new_leases, reply
+            FROM @schema@.rk_concurrency(st, ls, now_us, spec, cost, max_wait, lease, refund);
+        ELSE
+            RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
+    END CASE;
+END
+$$;

@@ -1,0 +1,87 @@
+-- ratekeeper: fixed window (ratekeeper/algorithms/fixed_window.py), as one PL/pgSQL function.
+--
+-- Parameters (the same for every algorithm function, called by @table@_decide):
+--   st        the stored state: (window_1, count_1, window_2, count_2, ...), NULL when absent
+--   ls        lease ids (unused here)
+--   now_us    now in µs
+--   spec      per limit (count, period_us), flattened
+--   cost      the cost (>= 0)
+--   max_wait  NULL (try_acquire) or µs (unused here)
+--   lease     the lease id (unused here)
+--   refund    false: decide; true: give back cost (reply is NULL)
+-- Returns new_state / new_leases (the state to keep) and reply (the wire format's fields:
+-- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
+-- Same arithmetic as FixedWindow.decide / FixedWindow.refund, step for step.
+
+CREATE OR REPLACE FUNCTION @schema@.rk_fixed_window(
+    st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
+    refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    n int := array_length(spec, 1) / 2;
+    lim bigint;
+    period bigint;
+    win numeric;
+    cnt numeric;
+    end_us numeric;
+    counts numeric[] := '{}';
+    ends numeric[] := '{}';
+    wins numeric[] := '{}';
+    denied int := -1;
+    retry numeric := 0;
+    r numeric;
+    charged bigint;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_leases := ls;
+    IF refund THEN
+        IF st IS NULL THEN
+            new_state := NULL;
+            RETURN;
+        END IF;
+        new_state := st;
+        FOR i IN 1..n LOOP
+            period := spec[2 * i];
+            IF st[2 * i - 1] >= @schema@.rk_fdiv(now_us, period) THEN
+                new_state[2 * i] := greatest(0, st[2 * i] - cost);
+            END IF;
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR i IN 1..n LOOP
+        lim := spec[2 * i - 1];
+        period := spec[2 * i];
+        win := @schema@.rk_fdiv(now_us, period);
+        IF st IS NOT NULL AND st[2 * i - 1] > win THEN
+            win := st[2 * i - 1];  -- the clock stepped back: stay in the newer window
+        END IF;
+        cnt := CASE WHEN st IS NOT NULL AND st[2 * i - 1] = win THEN st[2 * i] ELSE 0 END;
+        end_us := (win + 1) * period - now_us;
+        IF cnt + cost > lim THEN
+            r := CASE WHEN cost > lim THEN -1 ELSE end_us END;
+            IF denied < 0 OR @schema@.rk_later(r, retry) THEN
+                denied := i - 1;
+                retry := r;
+            END IF;
+        END IF;
+        counts[i] := cnt;
+        ends[i] := end_us;
+        wins[i] := win;
+    END LOOP;
+    charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
+    FOR i IN 1..n LOOP
+        remaining[i] := spec[2 * i - 1] - counts[i] - charged;
+        resets[i] := CASE WHEN counts[i] + charged > 0 THEN ends[i] ELSE 0 END;
+    END LOOP;
+    reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;
+    IF charged <> 0 THEN
+        new_state := '{}';
+        FOR i IN 1..n LOOP
+            new_state := new_state || wins[i] || (counts[i] + charged);
+        END LOOP;
+    ELSE
+        new_state := st;
+    END IF;
+END
+$$;

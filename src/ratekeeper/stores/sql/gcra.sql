@@ -1,0 +1,100 @@
+-- ratekeeper: GCRA (ratekeeper/algorithms/gcra.py), as one PL/pgSQL function.
+--
+-- Parameters (the same for every algorithm function, called by @table@_decide):
+--   st        the stored state: the theoretical arrival time of each limit, in units of
+--             1/d µs (numeric: now * d exceeds bigint), NULL when absent
+--   ls        lease ids (unused here)
+--   now_us    now in µs
+--   spec      per limit (n, d, capacity, tau) with n/d µs per unit of cost, tau = capacity * n
+--   cost      the cost (>= 0)
+--   max_wait  NULL (try_acquire) or µs: a reservation may wait up to that long
+--   lease     the lease id (unused here)
+--   refund    false: decide; true: give back cost (reply is NULL)
+-- Returns new_state / new_leases (the state to keep) and reply (the wire format's fields:
+-- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
+-- Same arithmetic as Gcra.decide / Gcra.refund, step for step (exact integers).
+
+CREATE OR REPLACE FUNCTION @schema@.rk_gcra(
+    st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
+    refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    cnt int := array_length(spec, 1) / 4;
+    n bigint;
+    d bigint;
+    cap bigint;
+    tau bigint;
+    nd numeric;
+    tat numeric;
+    tats numeric[] := '{}';
+    over numeric;
+    w numeric;
+    wait numeric := 0;
+    denied int := -1;
+    infinite boolean := false;
+    allowed boolean;
+    ahead numeric;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_leases := ls;
+    IF refund THEN
+        IF st IS NULL THEN
+            new_state := NULL;
+            RETURN;
+        END IF;
+        new_state := '{}';
+        FOR i IN 1..cnt LOOP
+            new_state[i] := greatest(now_us::numeric * spec[4 * i - 2], st[i] - cost::numeric * spec[4 * i - 3]);
+        END LOOP;
+        RETURN;
+    END IF;
+    FOR i IN 1..cnt LOOP
+        n := spec[4 * i - 3];
+        d := spec[4 * i - 2];
+        cap := spec[4 * i - 1];
+        tau := spec[4 * i];
+        nd := now_us::numeric * d;
+        tat := CASE WHEN st IS NULL THEN nd ELSE st[i] END;
+        IF tat < nd THEN
+            tat := nd;
+        END IF;
+        tats[i] := tat;
+        IF cost > cap THEN
+            IF NOT infinite THEN
+                infinite := true;
+                denied := i - 1;
+            END IF;
+            CONTINUE;
+        END IF;
+        over := tat + cost::numeric * n - nd - tau;
+        IF over > 0 THEN
+            w := @schema@.rk_cdiv(over, d);
+            IF w > wait THEN
+                wait := w;
+                IF NOT infinite THEN
+                    denied := i - 1;
+                END IF;
+            END IF;
+        END IF;
+    END LOOP;
+    allowed := NOT infinite AND wait <= coalesce(max_wait, 0);
+    IF allowed AND cost <> 0 THEN
+        FOR i IN 1..cnt LOOP
+            tats[i] := tats[i] + cost::numeric * spec[4 * i - 3];
+        END LOOP;
+    END IF;
+    FOR i IN 1..cnt LOOP
+        ahead := tats[i] - now_us::numeric * spec[4 * i - 2];
+        remaining[i] := greatest(0, @schema@.rk_fdiv(spec[4 * i] - ahead, spec[4 * i - 3]));
+        resets[i] := @schema@.rk_cdiv(ahead, spec[4 * i - 2]);
+    END LOOP;
+    IF allowed THEN
+        reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
+        new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
+    ELSE
+        reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
+        new_state := st;
+    END IF;
+END
+$$;
