@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.redis_script import Script, script_for
+from ratekeeper.stores.redis_script import Script, script_for, script_of
 from ratekeeper.stores.redis_url import RedisTarget, parse_redis_url
 
 if TYPE_CHECKING:
@@ -88,8 +88,8 @@ class RedisCore:
     def calls(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Call]:
         """The script calls deciding ``ops`` (one per hash slot on a Cluster)."""
         if len(ops) == 1:
-            keys, args = wire.encode(ops, self.prefix, now, atomic)
-            return [Call((0,), ops, keys, args, script_for((ops[0][1].algorithm.name,)))]
+            keys, args = wire.encode_one(ops[0], self.prefix, now)  # atomic or not: the same for one op
+            return [Call((0,), ops, keys, args, script_of(ops[0][1].algorithm.name))]
         if not self.cluster:
             keys, args = wire.encode(ops, self.prefix, now, atomic)
             return [Call(tuple(range(len(ops))), ops, keys, args, script_for({op[1].algorithm.name for op in ops}))]
@@ -109,6 +109,8 @@ class RedisCore:
     @staticmethod
     def assemble(count: int, calls: Sequence[Call], replies: Sequence[Any]) -> list[Decision | None]:
         """Each op's decision, in the callers' order, from the calls' replies."""
+        if count == 1:
+            return wire.decode(calls[0].ops, replies[0])
         out: list[Decision | None] = [None] * count
         for call, reply in zip(calls, replies, strict=True):
             for position, decision in zip(call.positions, wire.decode(call.ops, reply), strict=True):

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from functools import cache
 from importlib import resources
 
-__all__ = ["ALGORITHM_FILES", "Script", "script_for"]
+__all__ = ["ALGORITHM_FILES", "Script", "script_for", "script_of"]
 
 ALGORITHM_FILES = (
     "gcra",
@@ -66,6 +66,17 @@ def _compose(names: frozenset[str]) -> Script:
     return Script("\n".join([_read("prelude"), *(_read(n) for n in order), _read("main")]))
 
 
+_single: dict[str, Script] = {}
+
+
 def script_for(algorithms: Iterable[str]) -> Script:
     """The script that runs ops of these algorithms (each by its name)."""
     return _compose(frozenset(algorithms))
+
+
+def script_of(algorithm: str) -> Script:
+    """``script_for([algorithm])``, from a plain dict: the path of every single decision."""
+    found = _single.get(algorithm)
+    if found is None:
+        found = _single[algorithm] = script_for((algorithm,))
+    return found

@@ -42,7 +42,7 @@ from ratekeeper.decision import Decision
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["DECIDE", "PEEK", "REFUND", "Op", "decode", "encode", "op_fields", "storage_key"]
+__all__ = ["DECIDE", "PEEK", "REFUND", "Op", "decode", "encode", "encode_one", "op_fields", "storage_key"]
 
 DECIDE = "d"
 PEEK = "p"
@@ -104,6 +104,23 @@ def encode(ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool 
             i = index[skey] = len(keys)
         args += op_fields(mode, plan, i, cost, max_wait, lease_id)
     return keys, args
+
+
+def encode_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
+    """``encode([op], prefix, now)``, written out: the path of every single decision."""
+    mode, plan, key, cost, max_wait, lease_id = op
+    fields, digest = _plan_part(plan)
+    return [f"{prefix}{{{key}}}:{plan.name}:{digest}"], [
+        "" if now is None else now,
+        "0",
+        1,
+        mode,
+        1,
+        *fields,
+        cost,
+        "" if max_wait is None else max_wait,
+        "" if lease_id is None else lease_id,
+    ]
 
 
 def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
