@@ -13,8 +13,8 @@ Three drivers, one per way an application calls a limiter:
 
 Each takes ``decide(key) -> bool`` (or its coroutine twin) and an iterator of keys
 shared by every worker, and stops every worker at the same deadline. A call that raises
-counts as an error, not as a decision, and the first error's text is kept for the
-report.
+counts as an error, not as a decision (its latency is kept: the caller waited that
+long), and the first error's text is kept for the report.
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def _work(decide: Decide, keys: Iterator[str], deadline_ns: int, tally: _Tally) 
             ok = decide(key)
         except Exception as exc:  # noqa: BLE001 - an error is a measured outcome, not the end of the cell
             end = perf()
+            latencies.append(end - start)
             tally.error(exc)
             continue
         end = perf()
@@ -172,6 +173,7 @@ async def time_tasks(decide: AsyncDecide, keys: Iterator[str], duration: float, 
                 ok = await decide(key)
             except Exception as exc:  # noqa: BLE001 - an error is a measured outcome
                 end = perf()
+                latencies.append(end - begin)
                 tally.error(exc)
                 continue
             end = perf()
