@@ -102,6 +102,17 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     memory.add_arguments(m)
     m.set_defaults(bench_run=memory.run)
+    from ratekeeper.bench import postgres, redis
+
+    for name, module, summary in (
+        ("redis", redis, "the Redis store against limits, pyrate-limiter, throttled-py and the raw redis-py floor"),
+        ("postgres", postgres, "the PostgreSQL store against the strategies it replaces and pyrate-limiter"),
+    ):
+        server = stores.add_parser(
+            name, help=summary, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        module.add_arguments(server)
+        server.set_defaults(bench_run=module.run)
 
 
 def build_parser() -> argparse.ArgumentParser:
