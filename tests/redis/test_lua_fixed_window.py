@@ -1,5 +1,5 @@
 """fixed_window.lua decides as algorithms/fixed_window.py, field by field: at epoch µs
-near 2^53, across a clock that steps back, through refunds, peeks and batches."""
+near 2^53, across a clock that steps back, through refunds and peeks."""
 
 from __future__ import annotations
 
