@@ -16,12 +16,12 @@ import time
 from typing import Any
 
 import pytest
-from servers import RedisServer
 
 from ratekeeper import AsyncLimiter, Decision, Limiter, Rule, StoreError
 from ratekeeper.breaker import CLOSED, OPEN, CircuitBreaker
 from ratekeeper.stores.redis import RedisStore
 from ratekeeper.stores.redis_async import AsyncRedisStore
+from servers import RedisServer
 
 pytestmark = pytest.mark.redis
 
