@@ -1,0 +1,121 @@
+"""concurrency.lua decides as algorithms/concurrency.py, field by field: leases taken under
+string ids, expiring ``period`` after they were taken, released by id; at epoch µs near
+2^53, across a clock that steps back, through peeks and batches."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from ratekeeper import Rule
+from ratekeeper.algorithms.base import Plan
+from ratekeeper.stores.redis import RedisStore
+
+pytestmark = pytest.mark.redis
+
+URL = "redis://127.0.0.1:6379/0"
+NEAR_2_53 = 9_007_199_254_740_991 - 10**12
+
+
+@pytest.fixture
+def store(key_prefix: str) -> Iterator[RedisStore]:
+    s = RedisStore(URL, prefix=f"{key_prefix}:")
+    yield s
+    s.close()
+
+
+class Twin:
+    """The store and the reference driven side by side for one key."""
+
+    def __init__(self, store: RedisStore, plan: Plan) -> None:
+        self.store, self.plan, self.state = store, plan, None
+
+    def take(self, now: int, cost: int, lease: str | None) -> Any:
+        self.state, expected = self.plan.decide(self.state, now, cost, None, lease)
+        got = self.store.decide(self.plan, "k", cost, None, lease, now)
+        assert got == expected
+        return got
+
+    def release(self, now: int, lease: str) -> None:
+        self.state = self.plan.algorithm.refund(self.plan, self.state, now, 0, lease)
+        self.store.refund(self.plan, "k", 0, lease, now)
+
+
+def test_leases_expire_after_the_period_and_a_release_frees_one_early(store: RedisStore) -> None:
+    twin = Twin(store, Rule("cc-leases", ["3/5s", "5/20s"], algorithm="concurrency")._plan)
+    now = NEAR_2_53
+    assert twin.take(now, 2, "a").lease_id == "a"
+    assert twin.take(now + 1, 1, "b").allowed
+    refused = twin.take(now + 2, 1, "c")
+    assert (refused.allowed, refused.denied_index, refused.retry_us) == (False, 0, 4_999_998)  # when "a" expires
+    twin.release(now + 3, "nobody")  # an unknown id releases nothing
+    assert not twin.take(now + 4, 1, "c").allowed
+    twin.release(now + 5, "a")
+    assert twin.take(now + 6, 2, "c").allowed
+    assert twin.take(now + 5_000_006, 2, "d").allowed  # "c" expired from the 3/5s limit, not from 5/20s
+    assert twin.take(now + 5_000_008, 4, "e").retry_us == -1  # more than 3: never
+
+
+def test_a_lease_taken_after_the_clock_stepped_back_stays_after_the_newest(store: RedisStore) -> None:
+    twin = Twin(store, Rule("cc-back", ["2/s"], algorithm="concurrency")._plan)
+    now = 1_750_000_000_123_457
+    twin.take(now, 1, "a")
+    twin.take(now - 700_000, 1, "b")  # recorded at now: expires with "a", not 0.7 s before it
+    assert twin.take(now + 999_999, 1, "c").retry_us == 1
+    assert twin.take(now + 1_000_000, 2, "c").allowed
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="main.lua writes no state for a refused decide, so the expired leases the reference "
+    "drops on a refusal are still stored; they count again once the clock steps back",
+)
+def test_leases_dropped_by_a_refusal_stay_dropped_when_the_clock_steps_back(store: RedisStore) -> None:
+    twin = Twin(store, Rule("cc-drop", ["1/s"], algorithm="concurrency")._plan)
+    now = NEAR_2_53
+    twin.take(now, 1, "a")
+    twin.take(now + 1_000_000, 2, "b")  # refused (cost > limit); "a" expired and is dropped
+    twin.take(now + 500_000, 1, "c")  # the clock stepped back: "a" is gone for the reference
+
+
+def test_random_traces_decide_like_the_reference(store: RedisStore) -> None:
+    rng = random.Random(13)
+    taken = 0
+    for trial in range(12):
+        plan = Rule(
+            f"cc{trial}",
+            rng.choice([["3/7s"], ["1/3s"], ["10/s", "3/100ms"], ["5/3s", "20/minute"]]),
+            algorithm="concurrency",
+        )._plan
+        now = rng.choice([1000, 1_750_000_000_123_457, NEAR_2_53])
+        states: dict[str, Any] = {}
+        for _ in range(40):
+            # forward only: a step back shows the refusal that main.lua does not write (the xfail above)
+            now += rng.choice([0, 1, 17, 100_000, 999_999, 3_000_000, 10_000_000])
+            key = rng.choice("ab")
+            if rng.random() < 0.2:
+                lease = rng.choice([*(states.get(key) or ())[0::3], "unknown"])
+                store.refund(plan, key, 0, lease, now)
+                states[key] = plan.algorithm.refund(plan, states.get(key), now, 0, lease)
+                continue
+            cost, commit = rng.randint(0, 4), rng.random() > 0.2
+            taken += 1
+            lease = f"lease-{taken}" if commit else None
+            new, expected = plan.decide(states.get(key), now, cost, None, lease)
+            if commit:
+                states[key] = new
+            assert store.decide(plan, key, cost, None, lease, now, commit) == expected
+
+
+def test_batch_is_all_or_nothing_and_items_see_each_other(store: RedisStore) -> None:
+    plan = Rule("cc-many", ["2/s"], algorithm="concurrency")._plan
+    now = NEAR_2_53
+    state, first = plan.decide(None, now, 1, None, "x")
+    _, second = plan.decide(state, now, 1, None, "y")
+    assert store.decide_many([(plan, "a", 1, "x"), (plan, "a", 1, "y")], now) == (first, second)
+    refused = store.decide_many([(plan, "b", 1, "p"), (plan, "a", 1, "q")], now)
+    assert [d.allowed for d in refused] == [True, False]
+    assert store.decide(plan, "b", 2, None, "r", now).allowed  # b's item of the refused batch took no lease
