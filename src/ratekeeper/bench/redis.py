@@ -150,6 +150,8 @@ class RedisBenchResult:
     failures: list[tuple[str, str]] = field(default_factory=list)
     """(step, error) of every step that raised."""
     load: str = ""
+    prefix: str = ""
+    """The run's key prefix; nothing is left under it when the run ends."""
 
     def rows(self, scenario: str, mode: str) -> list[Cell]:
         return [c for c in self.cells if (c.scenario, c.mode) == (scenario, mode)]
@@ -309,6 +311,7 @@ def run_redis_bench(
         python=f"Python {platform.python_version()} ({platform.python_implementation()}) on "
         f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
         load="load average at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        prefix=root,
     )
     import redis
 

@@ -313,10 +313,11 @@ async def _pyrate_async(algorithm: str, target: Target, spec: LimitSpec) -> Asyn
 def _throttled_sync(using: str, target: Target, spec: LimitSpec) -> SyncRunner:
     from throttled import RedisStore, Throttled, per_duration
 
+    store = RedisStore(server=target.url)
     throttle = Throttled(
         using=using,
         quota=per_duration(timedelta(seconds=spec.period), spec.count),
-        store=RedisStore(server=target.url),
+        store=store,
         timeout=-1,
         key_prefix=target.prefix + "throttled",
     )
@@ -325,16 +326,21 @@ def _throttled_sync(using: str, target: Target, spec: LimitSpec) -> SyncRunner:
     def decide(key: str) -> bool:
         return not limit(key).limited
 
-    return SyncRunner(decide)
+    def close() -> None:
+        # throttled-py keeps its connection pools in a class-level cache and never closes them.
+        store._backend.get_client().connection_pool.disconnect()
+
+    return SyncRunner(decide, close)
 
 
 async def _throttled_async(using: str, target: Target, spec: LimitSpec) -> AsyncRunner:
     from throttled.asyncio import RedisStore, Throttled, per_duration
 
+    store = RedisStore(server=target.url)
     throttle = Throttled(
         using=using,
         quota=per_duration(timedelta(seconds=spec.period), spec.count),
-        store=RedisStore(server=target.url),
+        store=store,
         timeout=-1,
         key_prefix=target.prefix + "throttled",
     )
@@ -343,7 +349,11 @@ async def _throttled_async(using: str, target: Target, spec: LimitSpec) -> Async
     async def decide(key: str) -> bool:
         return not (await limit(key)).limited
 
-    return async_runner(decide)
+    async def aclose() -> None:
+        # The pool is cached class-wide and bound to this event loop: close its connections.
+        await store._backend.get_client().connection_pool.disconnect()
+
+    return async_runner(decide, aclose)
 
 
 # -- the registry -----------------------------------------------------------------------------

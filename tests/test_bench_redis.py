@@ -1,0 +1,99 @@
+"""``ratekeeper bench redis`` measures every library on the real Redis, in every scenario and
+mode, next to the raw floor; the hammer counts admissions; the run leaves no key behind."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+import redis as redis_py
+
+from ratekeeper.bench import redis as bench
+from ratekeeper.bench.redis_peers import LIBRARIES, floor_subjects, subjects
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture(scope="module")
+def tiny() -> bench.RedisBenchResult:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--duration", "0.05", "--keys", "200", "--no-progress"])
+    return bench.bench_from_args(args, io.StringIO())
+
+
+def _subjects() -> set[tuple[str, str]]:
+    return {(s.library, s.algorithm) for library in LIBRARIES for s in subjects(library)}
+
+
+def test_tiny_run_has_a_row_for_every_subject_scenario_and_mode(tiny: bench.RedisBenchResult) -> None:
+    assert tiny.failures == []
+    assert tiny.skipped == {}
+    floors = {(s.library, s.algorithm) for s in floor_subjects()}
+    expected = {
+        (lib, algo, sc, mode) for lib, algo in _subjects() | floors for sc in bench.SCENARIOS for mode in bench.MODES
+    }
+    actual = [(c.library, c.algorithm, c.scenario, c.mode) for c in tiny.cells]
+    assert expected == set(actual)
+    assert len(expected) == len(actual)
+
+
+def test_every_cell_decided_without_errors_and_has_positive_rate_and_latencies(tiny: bench.RedisBenchResult) -> None:
+    wrong = [
+        (c.library, c.algorithm, c.scenario, c.mode)
+        for c in tiny.cells
+        if not (c.sample.calls > 0 and c.rate > 0 and 0 < c.sample.p50_us <= c.sample.p99_us and c.sample.errors == 0)
+    ]
+    assert wrong == []
+
+
+def test_the_limit_of_the_throughput_cells_admits_nearly_every_call(tiny: bench.RedisBenchResult) -> None:
+    wrong = [(c.library, c.algorithm) for c in tiny.cells if c.sample.allowed < 0.9 * c.sample.calls]
+    assert wrong == []
+
+
+def test_coalesced_and_uncoalesced_cells_both_ran(tiny: bench.RedisBenchResult) -> None:
+    assert [c.algorithm for c in tiny.coalescing] == ["coalesced", "uncoalesced"]
+    assert all(c.rate > 0 and c.sample.errors == 0 for c in tiny.coalescing)
+
+
+def test_the_hammer_ran_every_subject_and_ratekeeper_admits_exactly_the_limit(tiny: bench.RedisBenchResult) -> None:
+    assert {(h.library, h.algorithm) for h in tiny.hammer} == _subjects()
+    for ham in tiny.hammer:
+        assert ham.attempts == 800
+        assert ham.errors == 0, ham
+        assert ham.admitted >= bench.HAMMER_SPEC.count  # demand exceeds the limit: nobody under-admits
+    ours = {h.algorithm: h.admitted for h in tiny.hammer if h.library == "ratekeeper"}
+    assert ours == dict.fromkeys(ours, bench.HAMMER_SPEC.count)
+
+
+def test_markdown_has_every_table(tiny: bench.RedisBenchResult) -> None:
+    text = tiny.to_markdown()
+    for header in (
+        "### sync, one thread: `hot_key`",
+        "### asyncio, 50 tasks: `many_keys`",
+        "### Coalescing",
+        "### The hammer",
+    ):
+        assert header in text
+    assert "| redis-py | EVALSHA |" in text
+    assert "| throttled-py | gcra |" in text
+
+
+def test_the_run_leaves_no_key_under_its_prefix(tiny: bench.RedisBenchResult) -> None:
+    assert tiny.prefix.startswith("rkbench:")
+    with redis_py.Redis.from_url(bench.DEFAULT_URL) as client:
+        assert list(client.scan_iter(match=tiny.prefix + "*", count=1000)) == []
+
+
+def test_cleanup_deletes_only_keys_under_the_prefix(key_prefix: str) -> None:
+    with redis_py.Redis.from_url(bench.DEFAULT_URL) as client:
+        client.set(f"{key_prefix}:mine:a", 1)
+        client.set(f"{key_prefix}:mine:b", 1)
+        client.set(f"{key_prefix}:other", 1)
+        try:
+            assert bench.cleanup(bench.DEFAULT_URL, f"{key_prefix}:mine:") == 2
+            assert client.exists(f"{key_prefix}:mine:a", f"{key_prefix}:mine:b", f"{key_prefix}:other") == 1
+        finally:
+            client.delete(f"{key_prefix}:other")
