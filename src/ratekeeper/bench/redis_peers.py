@@ -328,7 +328,8 @@ def _throttled_sync(using: str, target: Target, spec: LimitSpec) -> SyncRunner:
 
     def close() -> None:
         # throttled-py keeps its connection pools in a class-level cache and never closes them.
-        store._backend.get_client().connection_pool.disconnect()
+        client: Any = store._backend.get_client()
+        client.connection_pool.disconnect()
 
     return SyncRunner(decide, close)
 
@@ -351,7 +352,8 @@ async def _throttled_async(using: str, target: Target, spec: LimitSpec) -> Async
 
     async def aclose() -> None:
         # The pool is cached class-wide and bound to this event loop: close its connections.
-        await store._backend.get_client().connection_pool.disconnect()
+        client: Any = store._backend.get_client()
+        await client.connection_pool.disconnect()
 
     return async_runner(decide, aclose)
 
