@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["POSTGRES_URL", "REDIS_URL", "STORES", "StoreHarness", "open_harness"]
+__all__ = ["POSTGRES_URL", "REDIS_URL", "STORES", "StoreHarness", "delete_redis_keys", "drop_schema", "open_harness"]
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 POSTGRES_URL = "postgresql://127.0.0.1:5432/test"
@@ -114,16 +114,17 @@ def _open(base: str, cluster_url: Callable[[], str]) -> tuple[str, dict[str, Any
         return "memory://", {"stripes": 1}, _nothing
     if base == "redis":
         prefix = f"rk-conformance-{unique}:"
-        return REDIS_URL, {"prefix": prefix}, lambda: _delete_redis_keys(prefix)
+        return REDIS_URL, {"prefix": prefix}, lambda: delete_redis_keys(prefix)
     if base == "redis-cluster":
         return cluster_url(), {"prefix": f"rk-conformance-{unique}:"}, _nothing  # a private cluster
     if base == "postgres":
         schema = f"rk_conformance_{unique}"
-        return POSTGRES_URL, {"schema": schema}, lambda: _drop_schema(schema)
+        return POSTGRES_URL, {"schema": schema}, lambda: drop_schema(schema)
     raise ValueError(f"unknown store {base!r}")
 
 
-def _delete_redis_keys(prefix: str) -> None:
+def delete_redis_keys(prefix: str) -> None:
+    """Delete the keys under ``prefix`` on the shared Redis (SCAN, never KEYS or FLUSH)."""
     import redis
 
     client = redis.Redis.from_url(REDIS_URL)
@@ -140,7 +141,8 @@ def _delete_redis_keys(prefix: str) -> None:
         client.close()
 
 
-def _drop_schema(schema: str) -> None:
+def drop_schema(schema: str) -> None:
+    """Drop the schema this suite created on the shared PostgreSQL."""
     import psycopg
 
     with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:

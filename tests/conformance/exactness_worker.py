@@ -1,0 +1,109 @@
+"""What each process of the exactness test runs (imported by spawned children).
+
+A process opens its own ``Limiter`` (threads) or ``AsyncLimiter`` (tasks) on the store,
+and for each exact algorithm in turn waits at a barrier shared by every process, then
+hammers ONE key from all its threads or tasks at once, counting the admissions. It puts
+``("ok", {algorithm: admitted, or the traceback of the error that stopped it})`` on the
+queue, or ``("error", traceback)`` when the process itself failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import traceback
+from typing import Any
+
+from ratekeeper import AsyncLimiter, Limiter, Rule
+
+__all__ = ["CASES", "LIMIT", "hammer"]
+
+LIMIT = 50
+
+CASES: tuple[tuple[str, str], ...] = (
+    # Aligned windows of ten years: the next boundary (epoch-aligned) is in 2029 (then 2039).
+    ("fixed_window", f"{LIMIT}/3650d"),
+    ("sliding_window_log", f"{LIMIT}/day"),
+    # Buckets that refill one unit every 1728 s: nothing refills during the test.
+    ("token_bucket", f"{LIMIT}/day"),
+    ("gcra", f"{LIMIT}/day"),
+    ("leaky_bucket", f"{LIMIT}/day"),
+    # Leases are never released, and expire after an hour.
+    ("concurrency", f"{LIMIT}/hour"),
+)
+"""Each exact algorithm with a limit that nothing frees during the test."""
+
+BARRIER_TIMEOUT = 60.0
+
+
+def hammer(
+    url: str, options: dict[str, Any], mode: str, key: str, workers: int, attempts: int, barrier: Any, queue: Any
+) -> None:
+    """Run every case in this process; report the admissions (or the error) on ``queue``."""
+    try:
+        if mode == "sync":
+            result = _hammer_threads(url, options, key, workers, attempts, barrier)
+        else:
+            result = asyncio.run(_hammer_tasks(url, options, key, workers, attempts, barrier))
+    except BaseException:  # noqa: BLE001 - the parent reports it
+        queue.put(("error", traceback.format_exc()))
+        barrier.abort()  # the other processes stop waiting for this one
+    else:
+        queue.put(("ok", result))
+
+
+def _hammer_threads(
+    url: str, options: dict[str, Any], key: str, workers: int, attempts: int, barrier: Any
+) -> dict[str, int | str]:
+    admitted: dict[str, int | str] = {}
+    with Limiter(url, **options) as limiter:
+        for algorithm, limit in CASES:
+            rule = Rule(f"exactness-{algorithm}", [limit], algorithm)
+            counts = [0] * workers
+            errors: list[BaseException] = []
+            start = threading.Barrier(workers)
+
+            def run(
+                i: int,
+                rule: Rule = rule,
+                counts: list[int] = counts,
+                start: threading.Barrier = start,
+                errors: list[BaseException] = errors,
+            ) -> None:
+                try:
+                    start.wait(BARRIER_TIMEOUT)
+                    counts[i] = sum(1 for _ in range(attempts) if limiter.try_acquire(rule, key))
+                except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+            barrier.wait(BARRIER_TIMEOUT)
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            admitted[algorithm] = "".join(traceback.format_exception(errors[0])) if errors else sum(counts)
+    return admitted
+
+
+async def _hammer_tasks(
+    url: str, options: dict[str, Any], key: str, workers: int, attempts: int, barrier: Any
+) -> dict[str, int | str]:
+    admitted: dict[str, int | str] = {}
+    async with AsyncLimiter(url, **options) as limiter:
+        for algorithm, limit in CASES:
+            rule = Rule(f"exactness-{algorithm}", [limit], algorithm)
+
+            async def run(rule: Rule = rule) -> int:
+                n = 0
+                for _ in range(attempts):
+                    if await limiter.try_acquire(rule, key):
+                        n += 1
+                return n
+
+            await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
+            try:
+                admitted[algorithm] = sum(await asyncio.gather(*(run() for _ in range(workers))))
+            except Exception:  # noqa: BLE001 - reported per algorithm by the parent
+                admitted[algorithm] = traceback.format_exc()
+    return admitted

@@ -1,0 +1,118 @@
+"""Exactness under real concurrency: many processes hammering one key admit exactly the limit.
+
+8 processes (spawned, each with its own ``Limiter`` and so its own connections) x 4 threads
+(or ``AsyncLimiter`` x 4 tasks) try 8 times each to take one unit from ONE key, for each
+exact algorithm in turn: 256 attempts against a limit of 50 that nothing frees during the
+test (see ``exactness_worker.CASES``). Every process starts each algorithm at a shared
+barrier. The store must admit exactly 50: never more (no lost update between processes
+or within a coalesced call), never fewer while demand exceeds it (no decision lost or
+double-counted). Runs on the shared Redis, a private Redis Cluster and the shared
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from conformance.exactness_worker import CASES, LIMIT, hammer
+from conformance.harness import POSTGRES_URL, REDIS_URL, delete_redis_keys, drop_schema
+
+PROCESSES = 8
+WORKERS = 4
+ATTEMPTS = 8
+RESULT_TIMEOUT = 90.0
+
+FIXED_WINDOW_US = 3650 * 86_400_000_000
+
+
+@pytest.fixture(
+    params=[
+        pytest.param("redis", marks=pytest.mark.redis),
+        pytest.param("redis-cluster", marks=pytest.mark.redis),
+        pytest.param("postgres", marks=pytest.mark.postgres),
+    ]
+)
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(URL, store options) of a store of its own on one kind of server; removed afterwards."""
+    unique = uuid.uuid4().hex[:12]
+    cleanup: Callable[[], None]
+    if request.param == "redis":
+        prefix = f"rk-exactness-{unique}:"
+        url, options, cleanup = REDIS_URL, {"prefix": prefix}, lambda: delete_redis_keys(prefix)
+    elif request.param == "redis-cluster":
+        url, options, cleanup = request.getfixturevalue("redis_cluster_url"), {"prefix": f"rk-x-{unique}:"}, _nothing
+    else:
+        schema = f"rk_exactness_{unique}"
+        url, options, cleanup = POSTGRES_URL, {"schema": schema}, lambda: drop_schema(schema)
+        _create_schema(url, options)
+    try:
+        yield url, options
+    finally:
+        cleanup()
+
+
+def _nothing() -> None:
+    pass
+
+
+def _create_schema(url: str, options: dict[str, Any]) -> None:
+    """Create the store's schema before the processes start (as ``ratekeeper migrate`` would),
+    so the test measures decisions, not eight processes racing to create one schema."""
+    from ratekeeper import Limiter, Rule
+
+    with Limiter(url, **options) as limiter:
+        limiter.peek(Rule("exactness-setup", ["1/second"]), "setup")
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_every_exact_algorithm_admits_exactly_its_limit_across_processes(
+    server: tuple[str, dict[str, Any]], mode: str
+) -> None:
+    """8 processes x 4 threads (or tasks) x 8 attempts on one key: exactly 50 admitted for
+    each of fixed window, sliding log, token bucket, GCRA, leaky bucket and concurrency."""
+    url, options = server
+    window = time.time_ns() // 1000 // FIXED_WINDOW_US
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(PROCESSES)
+    results: Any = context.Queue()
+    key = f"hot-{mode}"
+    processes = [
+        context.Process(target=hammer, args=(url, options, mode, key, WORKERS, ATTEMPTS, barrier, results), daemon=True)
+        for _ in range(PROCESSES)
+    ]
+    for p in processes:
+        p.start()
+    try:
+        reports = []
+        deadline = time.monotonic() + RESULT_TIMEOUT
+        for _ in processes:
+            try:
+                reports.append(results.get(timeout=max(0.1, deadline - time.monotonic())))
+            except queue_module.Empty:
+                pytest.fail(f"only {len(reports)} of {PROCESSES} processes reported within {RESULT_TIMEOUT}s")
+    finally:
+        for p in processes:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    errors = [detail for status, detail in reports if status != "ok"]
+    assert not errors, "a process failed:\n" + "\n".join(errors)
+    assert window == time.time_ns() // 1000 // FIXED_WINDOW_US, "a fixed window boundary fell inside the test"
+    failed = {
+        algorithm: detail for _, counts in reports for algorithm, detail in counts.items() if isinstance(detail, str)
+    }
+    totals = {
+        algorithm: "error" if algorithm in failed else sum(counts[algorithm] for _, counts in reports)
+        for algorithm, _ in CASES
+    }
+    assert PROCESSES * WORKERS * ATTEMPTS > LIMIT  # demand exceeds the limit
+    assert totals == {algorithm: LIMIT for algorithm, _ in CASES}, f"admitted: {totals}\n" + "\n".join(
+        f"{algorithm} failed in a process:\n{detail}" for algorithm, detail in failed.items()
+    )
