@@ -1,0 +1,76 @@
+"""``ratekeeper bench postgres`` measures ratekeeper and every strategy on the real PostgreSQL,
+counts admissions against the limit, and drops the schema it created."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import psycopg
+import pytest
+
+from ratekeeper.bench import postgres as bench
+from ratekeeper.bench.postgres_peers import SUBJECTS
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def tiny() -> bench.PostgresBenchResult:
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    args = parser.parse_args(["--quick", "--duration", "0.2", "--keys", "300", "--workers", "4", "--no-progress"])
+    return bench.bench_from_args(args, io.StringIO())
+
+
+def test_tiny_run_has_a_row_for_every_subject_and_scenario(tiny: bench.PostgresBenchResult) -> None:
+    assert tiny.failures == []
+    expected = {(s.name, sc) for s in SUBJECTS for sc in bench.SCENARIOS if sc == "hot_key" or not s.hot_key_only}
+    actual = [(c.subject, c.scenario) for c in tiny.cells]
+    assert expected == set(actual)
+    assert len(expected) == len(actual)
+    assert tiny.skipped == [("many_keys pyrate-limiter", "one table per bucket: a table per key")]
+
+
+def test_every_cell_has_a_positive_rate_and_latencies(tiny: bench.PostgresBenchResult) -> None:
+    wrong = [
+        (c.subject, c.scenario)
+        for c in tiny.cells
+        if not (c.sample.calls > 0 and c.rate > 0 and 0 < c.sample.p50_us <= c.sample.p99_us and c.deadlocks >= 0)
+    ]
+    assert wrong == []
+
+
+def test_ratekeeper_never_over_admits_the_hot_key_and_admits_every_call_on_many_keys(
+    tiny: bench.PostgresBenchResult,
+) -> None:
+    hot = tiny.cell("ratekeeper", "hot_key")
+    many = tiny.cell("ratekeeper", "many_keys")
+    assert hot is not None and many is not None
+    assert hot.sample.errors == 0 and many.sample.errors == 0
+    assert 0 < hot.sample.allowed <= hot.expected
+    assert many.sample.allowed == many.expected == many.sample.calls
+
+
+def test_markdown_has_a_table_per_scenario_comparing_ratekeeper_with_the_best_strategy(
+    tiny: bench.PostgresBenchResult,
+) -> None:
+    text = tiny.to_markdown()
+    assert "### `hot_key` (one key)" in text
+    assert "### `many_keys` (300 keys round robin)" in text
+    assert text.count("of best strategy (") == 2
+    assert "| pyrate-limiter |" in text
+
+
+def test_the_run_drops_its_schema(tiny: bench.PostgresBenchResult) -> None:
+    assert tiny.schema.startswith("rkbench_")
+    with psycopg.connect(bench.DEFAULT_URL) as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (tiny.schema,)).fetchone()
+    assert found is None
+
+
+def test_bad_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="workers at least 1"):
+        bench.run_postgres_bench(bench.Settings(workers=0), None, None, io.StringIO(), False)
+    with pytest.raises(ValueError, match="unknown subject 'sqlite'"):
+        bench.run_postgres_bench(bench.Settings(duration=0.1), None, ["sqlite"], io.StringIO(), False)
