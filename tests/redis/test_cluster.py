@@ -1,0 +1,152 @@
+"""The Redis store on a Redis Cluster (a private 3-master cluster shared by the session):
+decisions are exact on keys served by every master, a batch over several slots is all or
+nothing, and every rule of one key lives in that key's slot, so one call serves them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.stores import wire
+from servers import RedisCluster, RedisServer
+
+pytestmark = pytest.mark.redis
+
+EPOCH_US = 1_763_870_000_000_000  # an explicit store clock: no decision depends on timing
+EXACT = ["fixed_window", "sliding_window_log", "token_bucket", "gcra"]
+
+
+def keys_on_each_node(cluster: RedisCluster, stem: str) -> dict[int, str]:
+    """One key per master (node port -> key): the store's hash tag is the key itself."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < len(cluster.nodes):
+        key = f"{stem}-{i}"
+        found.setdefault(cluster.node_for_slot(key_slot(key.encode())).port, key)
+        i += 1
+    return found
+
+
+def evalsha_calls(node: RedisServer) -> int:
+    """How many EVALSHA the node has run (INFO commandstats)."""
+    with node.client() as conn:
+        stats: dict[str, Any] = conn.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+@pytest.fixture
+def limiter(redis_cluster_url: str, key_prefix: str) -> Iterator[Limiter]:
+    with Limiter(redis_cluster_url, prefix=f"{key_prefix}:") as lim:
+        yield lim
+
+
+@pytest.mark.parametrize("algorithm", EXACT)
+def test_keys_on_every_master_each_admit_exactly_their_limit(
+    redis_cluster: RedisCluster, limiter: Limiter, key_prefix: str, algorithm: str
+) -> None:
+    rule = Rule("api", ["3/minute"], algorithm=algorithm)
+    keys = keys_on_each_node(redis_cluster, "user")
+    assert len(keys) == 3
+    for port, key in keys.items():
+        admitted = [limiter.try_acquire(rule, key, now=EPOCH_US).allowed for _ in range(4)]
+        assert admitted == [True, True, True, False], f"key {key} on node {port}"
+        stored = wire.storage_key(f"{key_prefix}:", rule.plan, key)
+        with redis_cluster.node_for_key(stored).client() as conn:
+            assert redis_cluster.node_for_key(stored).port == port
+            assert conn.exists(stored) == 1  # the state lives on the node that serves the key
+
+
+def test_async_limiter_decides_on_every_master(
+    redis_cluster: RedisCluster, redis_cluster_url: str, key_prefix: str
+) -> None:
+    rule = Rule("api", ["2/minute"], algorithm="token_bucket")
+    keys = list(keys_on_each_node(redis_cluster, "async-user").values())
+
+    async def main() -> list[list[bool]]:
+        async with AsyncLimiter(redis_cluster_url, prefix=f"{key_prefix}:") as alim:
+            return [[(await alim.try_acquire(rule, key, now=EPOCH_US)).allowed for _ in range(3)] for key in keys]
+
+    assert asyncio.run(main()) == [[True, True, False]] * 3
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "fixed_window", "sliding_window_log", "gcra"])
+def test_a_batch_over_three_masters_refused_by_one_item_charges_none(
+    redis_cluster: RedisCluster, limiter: Limiter, algorithm: str
+) -> None:
+    """The store charges each slot, then refunds the slots that charged when another refused
+    (the documented Cluster path): afterwards every other item is whole again."""
+    per_user = Rule("per_user", ["5/hour"], algorithm=algorithm)
+    per_ip = Rule("per_ip", ["4/hour"], algorithm=algorithm)
+    global_ = Rule("global", ["1/hour"], algorithm=algorithm)
+    user, ip, everyone = keys_on_each_node(redis_cluster, "batch").values()
+    assert limiter.try_acquire(global_, everyone)  # the global limit is now used up
+    # (peek with cost 0: what is left, without charging)
+
+    batch = limiter.try_acquire_many([(per_user, user, 2), (per_ip, ip, 3), (global_, everyone)])
+
+    assert not batch
+    assert [d.allowed for d in batch] == [True, True, False]  # only the global limit refused
+    assert limiter.peek(per_user, user, 0).remaining == 5
+    assert limiter.peek(per_ip, ip, 0).remaining == 4
+    assert limiter.peek(global_, everyone, 0).remaining == 0
+
+
+@pytest.mark.parametrize("algorithm", ["token_bucket", "sliding_window_log"])
+def test_a_batch_over_three_masters_admitted_charges_every_item(
+    redis_cluster: RedisCluster, limiter: Limiter, algorithm: str
+) -> None:
+    per_user = Rule("per_user", ["5/hour"], algorithm=algorithm)
+    per_ip = Rule("per_ip", ["4/hour"], algorithm=algorithm)
+    user, ip, _ = keys_on_each_node(redis_cluster, "batch-ok").values()
+
+    assert limiter.try_acquire_many([(per_user, user, 2), (per_ip, ip, 3)])
+    assert limiter.peek(per_user, user, 0).remaining == 3
+    assert limiter.peek(per_ip, ip, 0).remaining == 1
+
+
+def test_async_batch_over_several_masters_is_all_or_nothing(
+    redis_cluster: RedisCluster, redis_cluster_url: str, key_prefix: str
+) -> None:
+    small = Rule("small", ["1/hour"], algorithm="token_bucket")
+    big = Rule("big", ["10/hour"], algorithm="token_bucket")
+    a, b, _ = keys_on_each_node(redis_cluster, "async-batch").values()
+
+    async def main() -> tuple[bool, bool, int, int]:
+        async with AsyncLimiter(redis_cluster_url, prefix=f"{key_prefix}:") as alim:
+            first = bool(await alim.try_acquire_many([(big, a, 3), (small, b)]))
+            second = bool(await alim.try_acquire_many([(big, a, 3), (small, b)]))
+            return first, second, (await alim.peek(big, a, 0)).remaining, (await alim.peek(small, b, 0)).remaining
+
+    assert asyncio.run(main()) == (True, False, 7, 0)
+
+
+def test_every_rule_of_one_key_shares_its_slot_and_one_call_decides_them(
+    redis_cluster: RedisCluster, limiter: Limiter, key_prefix: str
+) -> None:
+    per_minute = Rule("per_minute", ["10/minute"], algorithm="token_bucket")
+    per_hour = Rule("per_hour", ["100/hour"], algorithm="sliding_window_log")
+    key = "tenant-9"
+    stored = [wire.storage_key(f"{key_prefix}:", rule.plan, key) for rule in (per_minute, per_hour)]
+    slots = set()
+    for name in stored:
+        with redis_cluster.nodes[0].client() as conn:
+            slots.add(int(conn.execute_command("CLUSTER", "KEYSLOT", name)))
+    assert len(slots) == 1
+    owner = redis_cluster.node_for_slot(slots.pop())
+
+    assert limiter.try_acquire_many([(per_minute, key), (per_hour, key)])  # loads the script on the owner
+    before = {node.port: evalsha_calls(node) for node in redis_cluster.nodes}
+    assert limiter.try_acquire_many([(per_minute, key), (per_hour, key)])
+    after = {node.port: evalsha_calls(node) for node in redis_cluster.nodes}
+
+    assert {port: after[port] - before[port] for port in after} == {
+        node.port: int(node.port == owner.port) for node in redis_cluster.nodes
+    }
+    assert limiter.peek(per_minute, key, 0).remaining == 8
+    assert limiter.peek(per_hour, key, 0).remaining == 98
