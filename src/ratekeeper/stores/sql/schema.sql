@@ -1,8 +1,8 @@
 -- ratekeeper PostgreSQL store: the schema, the state table and the shared helpers.
 --
--- Placeholders (replaced by ratekeeper.stores.postgres_sql before running, names checked
--- to be plain identifiers): @schema@ the schema, @table@ the state table, @unlogged@
--- "UNLOGGED" or "" (an UNLOGGED table skips the WAL: faster, emptied after a crash).
+-- Placeholders, each a name between two at-signs, replaced by ratekeeper.stores.postgres_core
+-- before running (names checked to be plain identifiers): the schema, the state table, and
+-- "UNLOGGED" or nothing (an UNLOGGED table skips the WAL: faster, emptied after a crash).
 --
 -- One row per (rule, key): key = wire.storage_key(prefix, plan, key); state holds every
 -- limit of the rule in one numeric[] (exact integers of any size: GCRA keeps times in
