@@ -39,6 +39,9 @@ class RedisTarget:
     options: dict[str, Any] = field(default_factory=dict)
 
     def sync_client(self, timeout: float, max_connections: int) -> Any:
+        """A redis-py client. A timed-out call is never sent again (the script may have run:
+        sending it again could charge twice, and would triple the time a caller waits); a
+        refused or broken connection is retried twice (a restarted server, a failover)."""
         import redis
         from redis.backoff import ExponentialBackoff
         from redis.retry import Retry
@@ -46,7 +49,7 @@ class RedisTarget:
         common: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
-            "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2),
+            "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2, (redis.exceptions.ConnectionError,)),
             "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.ReadOnlyError],
         }
         if self.kind == "standalone":  # a blocking pool: more threads than connections wait their turn
@@ -77,9 +80,11 @@ class RedisTarget:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             max_connections=max_connections,
+            retry=_no_retry(Retry),
         )
 
     def async_client(self, timeout: float, max_connections: int) -> Any:
+        """The asyncio twin of ``sync_client``, with the same retries."""
         import redis.asyncio as aredis
         from redis.asyncio.retry import Retry
         from redis.backoff import ExponentialBackoff
@@ -87,7 +92,7 @@ class RedisTarget:
         common: dict[str, Any] = {
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
-            "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2),
+            "retry": Retry(ExponentialBackoff(cap=0.05, base=0.005), 2, (aredis.ConnectionError,)),
             "retry_on_error": [aredis.ConnectionError, aredis.ReadOnlyError],
         }
         if self.kind == "standalone":  # a blocking pool: more tasks than connections wait their turn
@@ -123,7 +128,18 @@ class RedisTarget:
             socket_timeout=timeout,
             socket_connect_timeout=timeout,
             max_connections=max_connections,
+            retry=_no_retry(Retry),
         )
+
+
+def _no_retry(retry_class: Any) -> Any:
+    """No retries for a Cluster client: redis-py's cluster retries cover timeouts (a
+    script that timed out may have run: it would charge twice) and, in a pipeline, send
+    again the calls whose reply was an empty list (a refund) and sleep 0.25 s between
+    attempts. A failed call marks the topology stale; the next call re-discovers it."""
+    from redis.backoff import NoBackoff
+
+    return retry_class(NoBackoff(), 0)
 
 
 def _nodes(netloc_hosts: str, url: str, default_port: int) -> tuple[tuple[str, int], ...]:
