@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -70,6 +70,7 @@ __all__ = [
     "Cell",
     "HammerCell",
     "RedisBenchResult",
+    "Settings",
     "add_arguments",
     "bench_from_args",
     "cleanup",
@@ -110,6 +111,8 @@ class Cell:
     mode: str
     comparable: tuple[str, ...]
     sample: Sample
+    round_rates: tuple[float, ...] = ()
+    """The rate of every round (``--rounds``); ``sample`` is the round with the median rate."""
 
     @property
     def rate(self) -> float:
@@ -138,6 +141,7 @@ class RedisBenchResult:
     duration: float
     keys: int
     tasks: int
+    rounds: int
     scenarios: tuple[str, ...]
     libraries: tuple[str, ...]
     python: str
@@ -179,7 +183,7 @@ def _keys(scenario: str, n_keys: int) -> list[str]:
     return ["hot"] if scenario == "hot_key" else [f"k{i}" for i in range(n_keys)]
 
 
-def _measure(subj: RedisSubject, target: Target, scenario: str, mode: str, keys: list[str], args: _Settings) -> Cell:
+def _measure(subj: RedisSubject, target: Target, scenario: str, mode: str, keys: list[str], args: Settings) -> Cell:
     sample: Sample
     if mode == "sync":
         runner = subj.build(target, SPEC)
@@ -279,17 +283,22 @@ def cleanup(url: str, prefix: str) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class _Settings:
-    url: str
-    duration: float
-    keys: int
-    tasks: int
-    hammer: bool
-    coalescing: bool
+class Settings:
+    """What one run measures: where, how long per cell, how many keys, tasks and rounds."""
+
+    url: str = DEFAULT_URL
+    duration: float = DEFAULT_DURATION
+    keys: int = DEFAULT_KEYS
+    tasks: int = DEFAULT_TASKS
+    rounds: int = 1
+    """Every throughput and coalescing cell runs this many times, the rounds interleaved
+    (all cells, then all cells again), and reports the round with the median rate."""
+    hammer: bool = True
+    coalescing: bool = True
 
 
 def run_redis_bench(
-    settings: _Settings,
+    settings: Settings,
     scenarios: Sequence[str] | None,
     libraries: Sequence[str] | None,
     out: TextIO,
@@ -306,6 +315,7 @@ def run_redis_bench(
         duration=settings.duration,
         keys=settings.keys,
         tasks=settings.tasks,
+        rounds=settings.rounds,
         scenarios=chosen_scenarios,
         libraries=chosen_libraries,
         python=f"Python {platform.python_version()} ({platform.python_implementation()}) on "
@@ -334,19 +344,24 @@ def run_redis_bench(
         return Target(settings.url, f"{root}{subj.library}.{subj.algorithm}{tag}:")
 
     steps: list[tuple[str, Any]] = []
-    for mode in MODES:
-        for scenario in chosen_scenarios:
-            for subj in measured:
-                steps.append((f"{mode} {scenario} {subj.library} {subj.algorithm}", ("cell", subj, scenario, mode)))
-    if settings.coalescing:
-        for tag, options in (("coalesced", {}), ("uncoalesced", UNBATCHED)):
-            steps.append((f"coalescing ratekeeper gcra {tag}", ("coalesce", ratekeeper_subject("gcra", options), tag)))
+    for n in range(settings.rounds):
+        round_tag = f" (round {n + 1}/{settings.rounds})" if settings.rounds > 1 else ""
+        for mode in MODES:
+            for scenario in chosen_scenarios:
+                for subj in measured:
+                    label = f"{mode} {scenario} {subj.library} {subj.algorithm}{round_tag}"
+                    steps.append((label, ("cell", subj, scenario, mode)))
+        if settings.coalescing:
+            for tag, options in (("coalesced", {}), ("uncoalesced", UNBATCHED)):
+                subj = ratekeeper_subject("gcra", options)
+                steps.append((f"coalescing ratekeeper gcra {tag}{round_tag}", ("coalesce", subj, tag)))
     if settings.hammer:
         for subj in measured:
             if subj.library != "redis-py":
                 steps.append((f"hammer {subj.library} {subj.algorithm}", ("hammer", subj)))
 
     many = _keys("many_keys", settings.keys)
+    rounds: dict[tuple[str, str, str, str], list[Cell]] = {}
     bar = report.Progress(progress_stream or sys.stderr, len(steps), enabled=progress)
     pool: ProcessPoolExecutor | None = None
     try:
@@ -357,14 +372,15 @@ def run_redis_bench(
                     _, subj, scenario, mode = step
                     keys = ["hot"] if scenario == "hot_key" else many
                     cell = _measure(subj, target(subj), scenario, mode, keys, settings)
-                    result.cells.append(cell)
+                    rounds.setdefault(("cell", *_cell_id(cell)), []).append(cell)
                     summary = _summary(cell.sample)
                 elif step[0] == "coalesce":
                     _, subj, tag = step
                     sample = asyncio.run(
                         _measure_async(subj, target(subj, tag), ["hot"], settings.duration, COALESCING_CALLERS)
                     )
-                    result.coalescing.append(Cell(subj.library, tag, "hot_key", "async", (), sample))
+                    cell = Cell(subj.library, tag, "hot_key", "async", (), sample)
+                    rounds.setdefault(("coalesce", *_cell_id(cell)), []).append(cell)
                     summary = _summary(sample)
                 else:
                     _, subj = step
@@ -383,10 +399,23 @@ def run_redis_bench(
         if pool is not None:
             pool.shutdown(cancel_futures=True)
         cleanup(settings.url, root)
+    for (kind, *_), cells in rounds.items():
+        (result.cells if kind == "cell" else result.coalescing).append(_median(cells))
 
     out.write(result.to_markdown())
     out.flush()
     return result
+
+
+def _cell_id(cell: Cell) -> tuple[str, str, str]:
+    return cell.library, cell.algorithm, f"{cell.scenario} {cell.mode}"
+
+
+def _median(cells: list[Cell]) -> Cell:
+    """The round with the median rate (the lower middle one of an even count), with every round's rate."""
+    ordered = sorted(cells, key=lambda c: c.rate)
+    middle = ordered[(len(ordered) - 1) // 2]
+    return replace(middle, round_rates=tuple(c.rate for c in cells))
 
 
 def _summary(sample: Sample) -> str:
@@ -404,6 +433,13 @@ def _times(value: float, of: float) -> str:
     return f"{value / of:.2f}×" if of > 0 else "n/a"
 
 
+def _spread(cell: Cell, rounds: int) -> str:
+    if rounds <= 1:
+        return ""
+    low, high = min(cell.round_rates, default=0.0), max(cell.round_rates, default=0.0)
+    return f" {report.format_rate(low)}–{report.format_rate(high)} |"
+
+
 def render_markdown(result: RedisBenchResult) -> str:
     """Settings, one table per (mode, scenario), the coalescing table, the hammer table, notes."""
     versions = ", ".join(f"{lib} {v}" for lib, v in result.versions.items())
@@ -411,7 +447,14 @@ def render_markdown(result: RedisBenchResult) -> str:
         "## Redis store: ratekeeper and its peers on the same Redis",
         "",
         f"One run on `{result.url}`: {result.python}; {versions}; {result.load}.",
-        f"Every cell runs {result.duration:g} s under a limit of {SPEC} per key (nearly every call allowed, so "
+        f"Every cell runs {result.duration:g} s"
+        + (
+            f", {result.rounds} times, the rounds interleaved (every cell, then every cell again); the table shows "
+            "the round with the median rate, and the range over the rounds"
+            if result.rounds > 1
+            else ""
+        )
+        + f" under a limit of {SPEC} per key (nearly every call allowed, so "
         f"every library writes its state). *sync*: one thread, calls back to back; *async*: {result.tasks} "
         "asyncio tasks sharing one limiter. Latency is per call, timed with `perf_counter_ns`. *× floor*: the "
         "rate over the raw floor in the same table (one redis-py `EVALSHA` of `return 1` per call). *compared*: "
@@ -429,8 +472,10 @@ def render_markdown(result: RedisBenchResult) -> str:
             out += [
                 f"### {how}: `{scenario}` ({keys})",
                 "",
-                "| library | algorithm | decisions/s | p50 µs | p99 µs | allowed | errors | × floor | compared |",
-                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+                "| library | algorithm | decisions/s | p50 µs | p99 µs | allowed | errors | × floor | compared |"
+                + (" rounds: min–max/s |" if result.rounds > 1 else ""),
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+                + (" ---: |" if result.rounds > 1 else ""),
             ]
             floor = result.floor(scenario, mode)
             best_peer = result.best_peer(scenario, mode)
@@ -448,14 +493,16 @@ def render_markdown(result: RedisBenchResult) -> str:
                     f"| {cell.library} | {cell.algorithm} | {report.format_rate(cell.rate)} | {s.p50_us:,.0f} | "
                     f"{s.p99_us:,.0f} | {report.format_fraction(s.allowed / s.calls if s.calls else 0.0)} | "
                     f"{s.errors} | {_times(cell.rate, floor.rate) if floor else 'n/a'} | {versus} |"
+                    + _spread(cell, result.rounds)
                 )
             out.append("")
     if result.coalescing:
         out += [
             f"### Coalescing: one hot key, {COALESCING_CALLERS} concurrent async callers, ratekeeper gcra",
             "",
-            "| ratekeeper | decisions/s | p50 µs | p99 µs | errors | × uncoalesced |",
-            "| --- | ---: | ---: | ---: | ---: | ---: |",
+            "| ratekeeper | decisions/s | p50 µs | p99 µs | errors | × uncoalesced |"
+            + (" rounds: min–max/s |" if result.rounds > 1 else ""),
+            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if result.rounds > 1 else ""),
         ]
         plain = next((c for c in result.coalescing if c.algorithm == "uncoalesced"), None)
         for cell in result.coalescing:
@@ -463,7 +510,7 @@ def render_markdown(result: RedisBenchResult) -> str:
             ratio = _times(cell.rate, plain.rate) if plain else "n/a"
             out.append(
                 f"| {cell.algorithm} | {report.format_rate(cell.rate)} | {s.p50_us:,.0f} | {s.p99_us:,.0f} | "
-                f"{s.errors} | {ratio} |"
+                f"{s.errors} | {ratio} |" + _spread(cell, result.rounds)
             )
         out += ["", f"Uncoalesced means `Limiter(url, {', '.join(f'{k}={v!r}' for k, v in UNBATCHED.items())})`.", ""]
     if result.hammer:
@@ -520,6 +567,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--tasks", type=_count(1), default=DEFAULT_TASKS, metavar="N", help=f"asyncio tasks (default {DEFAULT_TASKS})"
     )
     parser.add_argument(
+        "--rounds",
+        type=_count(1),
+        default=1,
+        metavar="N",
+        help="run every cell N times, interleaved, and report the median round (default 1)",
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         dest="scenarios",
@@ -545,11 +599,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> RedisBenchResult:
     """Run the benchmark as parsed by a parser given ``add_arguments``."""
     quick: bool = args.quick
-    settings = _Settings(
+    settings = Settings(
         url=args.url,
         duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
         keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
         tasks=args.tasks,
+        rounds=args.rounds,
         hammer=args.hammer,
         coalescing=args.coalescing,
     )
