@@ -338,7 +338,8 @@ class SentinelSet(_Closable):
 
     Sentinels run with down-after 1 s, failover-timeout 3 s, and faster internal periods
     (``SENTINEL DEBUG``: INFO every 250 ms, hello every 250 ms, no TILT on a loaded machine)
-    so a failover completes, and the old master is demoted, within a few seconds.
+    so a failover completes, and the old master is demoted, within a few seconds; a master
+    that hangs (``master().pause()``) or dies is replaced by the sentinels on their own.
     The constructor returns once every sentinel sees the master, the replica and the two
     other sentinels, so ``failover()`` can run at once.
     """
@@ -369,7 +370,7 @@ class SentinelSet(_Closable):
                 self.sentinels.append(sentinel)
                 with sentinel.client() as conn:
                     conn.execute_command(
-                        "SENTINEL", "DEBUG", "info-period", 250, "publish-period", 250, "ping-period", 250,
+                        "SENTINEL", "DEBUG", "info-period", 250, "publish-period", 250,
                         "tilt-trigger", 60000, "tilt-period", 1000,
                     )
             self.wait_ready(timeout)
@@ -457,6 +458,15 @@ class SentinelSet(_Closable):
         old = self.master_port()
         with self.sentinels[0].client() as conn:
             conn.execute_command("SENTINEL", "FAILOVER", self.service)
+        new = self.wait_for_new_master(old, timeout)
+        if demote_old_master:
+            self.wait_ready(timeout)
+        return new
+
+    def wait_for_new_master(self, old: int, timeout: float = 30.0) -> int:
+        """Wait until every sentinel reports a master other than port ``old`` and it answers
+        ``ROLE`` as master (after ``failover()``, or a failover of their own once the master
+        hangs or dies); return its port."""
 
         def switched() -> bool:
             ports = {self._reported_master(s) for s in self.sentinels}
@@ -465,10 +475,7 @@ class SentinelSet(_Closable):
             return _role(ports.pop()) == "master"
 
         wait_until(switched, timeout, f"every sentinel to report a new master instead of port {old}", interval=0.1)
-        new = self.master_port()
-        if demote_old_master:
-            self.wait_ready(timeout)
-        return new
+        return self.master_port()
 
     def close(self) -> None:
         for server in [*self.sentinels, *self.redis]:

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.redis
 LOGIN = Rule("login", ["5/3s"], algorithm="sliding_window_log")
 KEYS = [f"user-{i}" for i in range(40)]
 MAX_PAUSE = 5.0  # seconds: the longest a caller may wait for a decision across the failover
+THREADS = 4  # callers at once (threads, or asyncio tasks): some call is always in flight at the switch
 DECISIONS_AFTER = 200  # decisions made after the failover before the load stops
 
 
@@ -64,8 +65,8 @@ def test_threaded_load_sees_no_error_across_a_failover_and_writes_to_the_new_mas
     load = Load()
     with Limiter(sentinels.sentinel_url(), prefix=f"{key_prefix}:") as limiter:
 
-        def hammer() -> None:
-            i = 0
+        def hammer(offset: int) -> None:
+            i = offset
             while not load.stop.is_set():
                 try:
                     limiter.try_acquire(LOGIN, KEYS[i % len(KEYS)])
@@ -75,8 +76,9 @@ def test_threaded_load_sees_no_error_across_a_failover_and_writes_to_the_new_mas
                 load.stamps.append(time.monotonic())
                 i += 1
 
-        worker = threading.Thread(target=hammer, name="hammer")
-        worker.start()
+        workers = [threading.Thread(target=hammer, args=(n,), name=f"hammer-{n}") for n in range(THREADS)]
+        for worker in workers:
+            worker.start()
         try:
             load.wait_for(50, timeout=10)
             old = sentinels.master_port()
@@ -85,7 +87,8 @@ def test_threaded_load_sees_no_error_across_a_failover_and_writes_to_the_new_mas
             load.wait_for(after + DECISIONS_AFTER, timeout=15)
         finally:
             load.stop.set()
-            worker.join(10)
+            for worker in workers:
+                worker.join(10)
         assert new != old
         assert load.longest_pause() < MAX_PAUSE
 
@@ -115,7 +118,7 @@ def test_asyncio_load_sees_no_error_across_a_failover_and_writes_to_the_new_mast
                     load.stamps.append(time.monotonic())
                     i += 1
 
-            tasks = [asyncio.create_task(hammer(n)) for n in range(4)]
+            tasks = [asyncio.create_task(hammer(n)) for n in range(THREADS)]
             try:
                 await asyncio.to_thread(load.wait_for, 50, 10)
                 new = await asyncio.to_thread(sentinels.failover)
@@ -173,3 +176,28 @@ def test_closing_an_async_limiter_closes_its_sentinel_connections(sentinel_set: 
         gc.collect()
     leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert leaks == []
+
+
+def test_when_the_master_hangs_the_next_decision_after_the_sentinels_fail_over_succeeds(
+    fresh_sentinel_set: SentinelSet, key_prefix: str
+) -> None:
+    """The limiter's pooled connection still points at the old master, which hangs
+    (SIGSTOP) while the sentinels promote the replica on their own. The next decision times
+    out on the old connection; reconnecting must ask the sentinels again (not the old
+    address), so it is answered by the new master within a few store timeouts."""
+    sentinels = fresh_sentinel_set
+    rule = Rule("login", ["5/minute"], algorithm="sliding_window_log")
+    with Limiter(sentinels.sentinel_url(), prefix=f"{key_prefix}:", timeout=0.5) as limiter:
+        assert limiter.try_acquire(rule, "user-1")
+        old = sentinels.master()
+        old.pause()
+        try:
+            new = sentinels.wait_for_new_master(old.port, timeout=30)
+            started = time.monotonic()
+            decision = limiter.try_acquire(rule, "user-2")
+            elapsed = time.monotonic() - started
+        finally:
+            old.resume()
+    assert new != old.port
+    assert decision.allowed
+    assert elapsed < 3.0
