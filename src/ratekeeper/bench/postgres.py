@@ -44,7 +44,7 @@ from ratekeeper.bench import report
 from ratekeeper.bench.latency import Sample, Target, time_threads
 from ratekeeper.bench.memory import _choose, _count, _describe, _positive_float
 from ratekeeper.bench.peers import library_version
-from ratekeeper.bench.postgres_peers import SUBJECTS, PgSubject, limit_text
+from ratekeeper.bench.postgres_peers import SUBJECTS, Load, PgSubject, limit_text
 
 __all__ = [
     "DEFAULT_DURATION",
@@ -108,6 +108,8 @@ class Settings:
     duration: float = DEFAULT_DURATION
     keys: int = DEFAULT_KEYS
     workers: int = DEFAULT_WORKERS
+    synchronous_commit: bool = False
+    """For every subject's connections alike (off: ratekeeper's default)."""
 
 
 @dataclass(slots=True)
@@ -164,7 +166,7 @@ def _expected(scenario: str, sample: Sample) -> int:
 def _measure(subj: PgSubject, settings: Settings, schema: str, scenario: str) -> Cell:
     target = Target(settings.url, schema)
     keys = ["hot"] if scenario == "hot_key" else [f"k{i}" for i in range(settings.keys)]
-    runner = subj.build(target, INTERVAL, settings.workers)
+    runner = subj.build(target, Load(INTERVAL, settings.workers, settings.synchronous_commit))
     try:
         for i in range(WARM_CALLS):
             runner.decide(f"warm-{scenario}-{i}")
@@ -272,7 +274,9 @@ def render_markdown(result: PostgresBenchResult) -> str:
         f"{result.load}.",
         f"Every cell: {s.workers} threads sharing one limiter and a pool of {s.workers} connections, calling "
         f"back to back for {s.duration:g} s, limit {limit_text(INTERVAL)} per key (one call per "
-        f"{INTERVAL * 1000:g} ms). Latency per call (`perf_counter_ns`). *expected*: on the hot key the most "
+        f"{INTERVAL * 1000:g} ms), `synchronous_commit` {'on' if s.synchronous_commit else 'off'} on every "
+        "connection (ratekeeper's default is off; the same for all, so the statements are compared, not "
+        "durability settings). Latency per call (`perf_counter_ns`). *expected*: on the hot key the most "
         "that may be admitted in the cell's time (`floor(seconds / 10 ms) + 1`), on many keys every call. "
         "*errors*: exceptions other than the strategy's own denial signal. *deadlocks*: delta of "
         "`pg_stat_database.deadlocks` over the cell (the whole database: other sessions count too). "
@@ -353,6 +357,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"concurrent threads and connections (default {DEFAULT_WORKERS})",
     )
     parser.add_argument(
+        "--synchronous-commit",
+        action="store_true",
+        help="every commit waits for its WAL flush, for every subject (default: off for all, ratekeeper's default)",
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         dest="scenarios",
@@ -384,6 +393,7 @@ def bench_from_args(
         duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
         keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
         workers=args.workers,
+        synchronous_commit=args.synchronous_commit,
     )
     return run_postgres_bench(
         settings, args.scenarios, args.subjects, out, args.progress, progress_stream=progress_stream

@@ -20,7 +20,8 @@ The three strategies that teams write first exist only here, in this benchmark:
 
 And two libraries:
 
-- ratekeeper: ``Limiter(url, schema=...)`` with ``Rule(..., ["1/10ms"], algorithm="gcra")``.
+- ratekeeper: ``Limiter(url, schema=..., min_size=workers, max_size=workers)`` with
+  ``Rule(..., ["1/10ms"], algorithm="gcra")``; coalescing as shipped (on).
 - pyrate-limiter: its ``PostgresBucket`` (``LOCK TABLE ... IN EXCLUSIVE MODE NOWAIT``, a
   count, an insert; a lock conflict is a denial) with ``Rate(1, 10)`` (ms) behind
   ``Limiter(bucket).try_acquire(key, 1, False)``, one ``Limiter`` and bucket per thread
@@ -30,7 +31,10 @@ And two libraries:
   its key, so it is measured on the hot key only.
 
 Every connection has ``search_path`` set to the run's schema (then ``public``), so every
-table lives in that schema and goes when the run drops it.
+table lives in that schema and goes when the run drops it, and the same
+``synchronous_commit`` (off by default, ratekeeper's own default), so the subjects differ
+in their statements only, not in how durable a commit is; every pool holds ``workers``
+connections, ratekeeper's included.
 """
 
 from __future__ import annotations
@@ -43,7 +47,17 @@ from typing import Any
 
 from ratekeeper.bench.latency import SyncRunner, Target
 
-__all__ = ["SUBJECTS", "PgSubject", "connect_kwargs", "limit_text", "pool", "subject"]
+__all__ = ["SUBJECTS", "Load", "PgSubject", "connect_kwargs", "limit_text", "pool", "subject"]
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The same for every subject: one call per ``interval`` seconds per key, ``workers``
+    threads and connections, and whether each commit waits for its WAL flush."""
+
+    interval: float
+    workers: int
+    synchronous_commit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,26 +65,27 @@ class PgSubject:
     """One way to decide; ``hot_key_only`` when it cannot hold one limit per key."""
 
     name: str
-    build: Callable[[Target, float, int], SyncRunner]
-    """``build(target, interval_seconds, workers)``."""
+    build: Callable[[Target, Load], SyncRunner]
     how: str
     hot_key_only: bool = False
 
 
-def connect_kwargs(schema: str, *, autocommit: bool = True) -> dict[str, Any]:
-    """Connection options for every pool of the run: its schema first on the search path."""
-    return {"autocommit": autocommit, "options": f"-c search_path={schema},public"}
+def connect_kwargs(schema: str, load: Load, *, autocommit: bool = True) -> dict[str, Any]:
+    """Connection options for every pool of the run: its schema first on the search path,
+    and ``synchronous_commit`` as the load says (ratekeeper's store sets it per session too)."""
+    commit = "on" if load.synchronous_commit else "off"
+    return {"autocommit": autocommit, "options": f"-c search_path={schema},public -c synchronous_commit={commit}"}
 
 
-def pool(target: Target, workers: int, *, autocommit: bool = True) -> Any:
-    """A psycopg pool of exactly ``workers`` connections, open and filled."""
+def pool(target: Target, load: Load, *, autocommit: bool = True) -> Any:
+    """A psycopg pool of exactly ``load.workers`` connections, open and filled."""
     from psycopg_pool import ConnectionPool
 
     opened = ConnectionPool(
         target.url,
-        min_size=workers,
-        max_size=workers,
-        kwargs=connect_kwargs(target.prefix, autocommit=autocommit),
+        min_size=load.workers,
+        max_size=load.workers,
+        kwargs=connect_kwargs(target.prefix, load, autocommit=autocommit),
         open=True,
     )
     opened.wait(timeout=30)
@@ -80,11 +95,11 @@ def pool(target: Target, workers: int, *, autocommit: bool = True) -> Any:
 # -- (i) SELECT ... FOR UPDATE NOWAIT, then UPDATE or INSERT ------------------------------------
 
 
-def _for_update(target: Target, interval: float, workers: int) -> SyncRunner:
+def _for_update(target: Target, load: Load) -> SyncRunner:
     from psycopg import errors
 
-    conns = pool(target, workers)
-    step = timedelta(seconds=interval)
+    conns = pool(target, load)
+    step = timedelta(seconds=load.interval)
     with conns.connection() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS fu_limits (key text PRIMARY KEY, next_at timestamptz NOT NULL)")
 
@@ -114,11 +129,11 @@ def _for_update(target: Target, interval: float, workers: int) -> SyncRunner:
 # -- (ii) an exclusion constraint on a tstzrange ------------------------------------------------
 
 
-def _exclusion(target: Target, interval: float, workers: int) -> SyncRunner:
+def _exclusion(target: Target, load: Load) -> SyncRunner:
     from psycopg import errors
 
-    conns = pool(target, workers)
-    step = timedelta(seconds=interval)
+    conns = pool(target, load)
+    step = timedelta(seconds=load.interval)
     with conns.connection() as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
         conn.execute(
@@ -143,9 +158,9 @@ def _exclusion(target: Target, interval: float, workers: int) -> SyncRunner:
 # -- (iii) INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING -------------------------------
 
 
-def _upsert(target: Target, interval: float, workers: int) -> SyncRunner:
-    conns = pool(target, workers)
-    step = timedelta(seconds=interval)
+def _upsert(target: Target, load: Load) -> SyncRunner:
+    conns = pool(target, load)
+    step = timedelta(seconds=load.interval)
     with conns.connection() as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS up_limits (key text PRIMARY KEY, next_at timestamptz NOT NULL)")
     query = (
@@ -169,11 +184,17 @@ def limit_text(interval: float) -> str:
     return f"1/{ms:g}ms" if ms == int(ms) else f"1/{interval:g}s"
 
 
-def _ratekeeper(target: Target, interval: float, workers: int) -> SyncRunner:
+def _ratekeeper(target: Target, load: Load) -> SyncRunner:
     from ratekeeper import Limiter, Rule
 
-    limiter = Limiter(target.url, schema=target.prefix)
-    rule = Rule("bench", [limit_text(interval)], algorithm="gcra")
+    limiter = Limiter(
+        target.url,
+        schema=target.prefix,
+        min_size=load.workers,
+        max_size=load.workers,
+        synchronous_commit=load.synchronous_commit,
+    )
+    rule = Rule("bench", [limit_text(load.interval)], algorithm="gcra")
     acquire = limiter.try_acquire
 
     def decide(key: str) -> bool:
@@ -185,11 +206,11 @@ def _ratekeeper(target: Target, interval: float, workers: int) -> SyncRunner:
 # -- pyrate-limiter -----------------------------------------------------------------------------
 
 
-def _pyrate(target: Target, interval: float, workers: int) -> SyncRunner:
+def _pyrate(target: Target, load: Load) -> SyncRunner:
     from pyrate_limiter import Limiter, PostgresBucket, Rate
 
-    conns = pool(target, workers, autocommit=False)  # LOCK TABLE needs a transaction
-    rates = [Rate(1, round(interval * 1000))]
+    conns = pool(target, load, autocommit=False)  # LOCK TABLE needs a transaction
+    rates = [Rate(1, round(load.interval * 1000))]
     local = threading.local()
     limiters: list[Any] = []
     lock = threading.Lock()
@@ -219,7 +240,8 @@ SUBJECTS: tuple[PgSubject, ...] = (
     PgSubject(
         "ratekeeper",
         _ratekeeper,
-        '`Limiter(url, schema=...).try_acquire(Rule("bench", ["1/10ms"], algorithm="gcra"), key)`',
+        '`Limiter(url, schema=..., min_size=16, max_size=16).try_acquire(Rule("bench", ["1/10ms"], algorithm="gcra"), '
+        "key)`",
     ),
     PgSubject(
         "for_update",
