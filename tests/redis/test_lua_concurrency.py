@@ -59,6 +59,15 @@ def test_leases_expire_after_the_period_and_a_release_frees_one_early(store: Red
     assert twin.take(now + 5_000_008, 4, "e").retry_us == -1  # more than 3: never
 
 
+def test_expiry_past_2_53_is_exact(store: RedisStore) -> None:
+    """A lease taken at 2^53 - 1 for a day expires after 2^53: the time until then is exact."""
+    twin = Twin(store, Rule("cc-far", ["1/day"], algorithm="concurrency")._plan)
+    now = 2**53 - 1
+    twin.take(now, 1, "a")
+    assert twin.take(now, 1, "b").retry_us == 86_400_000_000
+    assert twin.take(now, 0, "c").reset_us == (86_400_000_000,)
+
+
 def test_a_lease_taken_after_the_clock_stepped_back_stays_after_the_newest(store: RedisStore) -> None:
     twin = Twin(store, Rule("cc-back", ["2/s"], algorithm="concurrency")._plan)
     now = 1_750_000_000_123_457

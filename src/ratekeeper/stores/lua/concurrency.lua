@@ -9,7 +9,8 @@
 -- decide takes a lease of `cost` under the id `lease` when every limit has room; refund
 -- releases the lease `lease` (its cost is ignored: a lease is released whole). Leases
 -- older than the longest period are dropped as the state is read. Times are µs, costs
--- small integers: nothing comes near 2^53. The decisions are the reference's, field by field.
+-- small integers; the time until an expiry is (acquired - now) + period, so no time
+-- past 2^53 is ever formed. The decisions are the reference's, field by field.
 
 -- the leases still alive at now for some limit: `state` itself when none expired
 local function cc_live(specs, state, now)
@@ -74,7 +75,7 @@ ALGORITHMS["concurrency"] = {
             end
             k = k + 3
           end
-          r = leases[k + 1] + period - now
+          r = (leases[k + 1] - now) + period -- never forms a time beyond 2^53
         end
         if denied < 0 or later(r, retry) then
           denied, retry = i - 1, r
@@ -99,7 +100,7 @@ ALGORITHMS["concurrency"] = {
     for i = 1, #specs do
       local total = useds[i] + charged
       remaining[i] = specs[i][1] - total
-      resets[i] = total > 0 and newest + specs[i][2] - now or 0
+      resets[i] = total > 0 and (newest - now) + specs[i][2] or 0
     end
     return leases, denied < 0, denied, retry, 0, remaining, resets
   end,
