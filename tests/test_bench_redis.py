@@ -10,9 +10,37 @@ import pytest
 import redis as redis_py
 
 from ratekeeper.bench import redis as bench
+from ratekeeper.bench.latency import Sample, percentile, time_sync
 from ratekeeper.bench.redis_peers import LIBRARIES, floor_subjects, subjects
 
-pytestmark = pytest.mark.redis
+
+def test_percentile_is_the_nearest_rank_in_microseconds() -> None:
+    latencies = [1000 * i for i in range(1, 101)]  # 1..100 µs
+    assert percentile(latencies, 0.50) == 51.0  # round(0.5 * 99) = 50: the 51st value
+    assert percentile(latencies, 0.99) == 99.0
+    assert percentile([], 0.99) == 0.0
+
+
+def test_a_call_that_raises_is_an_error_not_a_decision() -> None:
+    def decide(key: str) -> bool:
+        if key == "bad":
+            raise RuntimeError("store down")
+        return key == "ok"
+
+    sample = time_sync(decide, iter(["ok", "no", "bad"] * 1_000_000), 0.02)
+    assert sample.errors > 0
+    assert sample.first_error == "RuntimeError: store down"
+    assert sample.allowed > 0
+    assert sample.calls > sample.allowed  # "no" is a denial, counted as a decision
+
+
+def test_rounds_report_the_median_round_with_every_rate() -> None:
+    def cell(calls: int) -> bench.Cell:
+        return bench.Cell("ratekeeper", "gcra", "hot_key", "sync", ("gcra",), Sample(calls, calls, 0, 1.0, 1.0, 1, 2))
+
+    chosen = bench._median([cell(300), cell(100), cell(200)])
+    assert chosen.rate == 200
+    assert chosen.round_rates == (300, 100, 200)
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +55,7 @@ def _subjects() -> set[tuple[str, str]]:
     return {(s.library, s.algorithm) for library in LIBRARIES for s in subjects(library)}
 
 
+@pytest.mark.redis
 def test_tiny_run_has_a_row_for_every_subject_scenario_and_mode(tiny: bench.RedisBenchResult) -> None:
     assert tiny.failures == []
     assert tiny.skipped == {}
@@ -39,6 +68,7 @@ def test_tiny_run_has_a_row_for_every_subject_scenario_and_mode(tiny: bench.Redi
     assert len(expected) == len(actual)
 
 
+@pytest.mark.redis
 def test_every_cell_decided_without_errors_and_has_positive_rate_and_latencies(tiny: bench.RedisBenchResult) -> None:
     wrong = [
         (c.library, c.algorithm, c.scenario, c.mode)
@@ -48,16 +78,19 @@ def test_every_cell_decided_without_errors_and_has_positive_rate_and_latencies(t
     assert wrong == []
 
 
+@pytest.mark.redis
 def test_the_limit_of_the_throughput_cells_admits_nearly_every_call(tiny: bench.RedisBenchResult) -> None:
     wrong = [(c.library, c.algorithm) for c in tiny.cells if c.sample.allowed < 0.9 * c.sample.calls]
     assert wrong == []
 
 
+@pytest.mark.redis
 def test_coalesced_and_uncoalesced_cells_both_ran(tiny: bench.RedisBenchResult) -> None:
     assert [c.algorithm for c in tiny.coalescing] == ["coalesced", "uncoalesced"]
     assert all(c.rate > 0 and c.sample.errors == 0 for c in tiny.coalescing)
 
 
+@pytest.mark.redis
 def test_the_hammer_ran_every_subject_and_ratekeeper_admits_exactly_the_limit(tiny: bench.RedisBenchResult) -> None:
     assert {(h.library, h.algorithm) for h in tiny.hammer} == _subjects()
     for ham in tiny.hammer:
@@ -68,6 +101,7 @@ def test_the_hammer_ran_every_subject_and_ratekeeper_admits_exactly_the_limit(ti
     assert ours == dict.fromkeys(ours, bench.HAMMER_SPEC.count)
 
 
+@pytest.mark.redis
 def test_markdown_has_every_table(tiny: bench.RedisBenchResult) -> None:
     text = tiny.to_markdown()
     for header in (
@@ -81,12 +115,14 @@ def test_markdown_has_every_table(tiny: bench.RedisBenchResult) -> None:
     assert "| throttled-py | gcra |" in text
 
 
+@pytest.mark.redis
 def test_the_run_leaves_no_key_under_its_prefix(tiny: bench.RedisBenchResult) -> None:
     assert tiny.prefix.startswith("rkbench:")
     with redis_py.Redis.from_url(bench.DEFAULT_URL) as client:
         assert list(client.scan_iter(match=tiny.prefix + "*", count=1000)) == []
 
 
+@pytest.mark.redis
 def test_cleanup_deletes_only_keys_under_the_prefix(key_prefix: str) -> None:
     with redis_py.Redis.from_url(bench.DEFAULT_URL) as client:
         client.set(f"{key_prefix}:mine:a", 1)
