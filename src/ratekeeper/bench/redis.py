@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import itertools
 import multiprocessing
@@ -241,6 +242,22 @@ def _hammer_worker(library: str, algorithm: str, target: Target, key: str, start
         runner.close()
 
 
+def _warm_worker(libraries: tuple[str, ...]) -> int:
+    """Import what the hammer needs, once per process, before the first hammer starts."""
+    for library in libraries:
+        with contextlib.suppress(ImportError):
+            subjects(library)
+    time.sleep(0.2)  # hold this process so the next warm-up task starts another one
+    return os.getpid()
+
+
+def _hammer_pool(libraries: tuple[str, ...]) -> ProcessPoolExecutor:
+    """``HAMMER_PROCESSES`` spawned processes, started and warm."""
+    pool = ProcessPoolExecutor(HAMMER_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+    list(pool.map(_warm_worker, [libraries] * HAMMER_PROCESSES))
+    return pool
+
+
 def _hammer(pool: ProcessPoolExecutor, subj: RedisSubject, target: Target) -> HammerCell:
     key = "hammer"
     start = time.perf_counter()
@@ -385,7 +402,7 @@ def run_redis_bench(
                 else:
                     _, subj = step
                     if pool is None:
-                        pool = ProcessPoolExecutor(HAMMER_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+                        pool = _hammer_pool(chosen_libraries)
                     ham = _hammer(pool, subj, target(subj, "-hammer"))
                     result.hammer.append(ham)
                     summary = f"{ham.admitted} admitted of {ham.expected} expected, {ham.errors} errors"
