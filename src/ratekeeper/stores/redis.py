@@ -12,9 +12,10 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.errors import StoreError, StoreTimeout
 from ratekeeper.stores import wire
 from ratekeeper.stores.redis_calls import RedisCalls
-from ratekeeper.stores.redis_core import Batch
+from ratekeeper.stores.redis_core import Batch, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -24,20 +25,32 @@ __all__ = ["RedisStore"]
 
 
 class _Waiter:
-    """A thread waiting for its op: woken with a result, an error, or the lead of a call."""
+    """A thread waiting for its op: woken with a result, an error, or the lead of a call.
 
-    __slots__ = ("error", "event", "lead", "result")
+    ``gone``: the thread stopped waiting (timed out or interrupted) after its op was taken
+    into a call; whoever hands out the lead of that call skips it.
+    """
+
+    __slots__ = ("error", "event", "gone", "lead", "result")
 
     def __init__(self) -> None:
         self.event = threading.Event()
         self.result: Decision | None = None
         self.error: BaseException | None = None
         self.lead: tuple[list[wire.Op], int | None, list[_Waiter]] | None = None
+        self.gone = False
 
 
 class RedisStore(RedisCalls):
     """The Redis store (``redis://``, ``rediss://``, ``valkey://``, ``unix://``,
-    ``redis+sentinel://``, ``redis+cluster://``); see ``redis_url`` for the options."""
+    ``redis+sentinel://``, ``redis+cluster://``); see ``redis_url`` for the options.
+
+    Guarantees of the coalescing: a queued thread waits at most ``timeout`` for its turn
+    (then ``StoreTimeout``, its op withdrawn if it was not sent yet); when a call fails
+    because Redis timed out or is unreachable, the threads queued behind it get that error
+    at once instead of a call of their own; a thread interrupted while it waits (a
+    ``KeyboardInterrupt``) hands its place on, so no other thread waits on it.
+    """
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         super().__init__(url, **options)
@@ -56,41 +69,101 @@ class RedisStore(RedisCalls):
                 me = _Waiter()
                 batch.queue.append((op, now, me))
         if me is None:
-            try:
-                return self._run([op], now)[0]
-            finally:
-                self._finish()
-        me.event.wait()
+            return self._lead([op], now, None)[0]
+        try:
+            woken = me.event.wait(self.core.timeout)
+        except BaseException:
+            self._withdraw(me)
+            raise
+        if not woken and not self._withdraw(me):
+            raise StoreTimeout(
+                f"Redis did not answer in time: waited {self.core.timeout}s for the calls in flight"
+            )
         if me.lead is not None:
             ops, at, waiters = me.lead
-            try:
-                results = self._run(ops, at)
-            except BaseException as exc:  # noqa: BLE001 - every waiter of the call gets the error
-                for w in waiters:
-                    w.error = exc
-                results = []
-            else:
-                for w, result in zip(waiters, results, strict=True):
-                    w.result = result
-            finally:
-                self._finish()
-            for w in waiters:
-                if w is not me:
-                    w.event.set()
+            me.lead = None
+            self._lead(ops, at, waiters)
         if me.error is not None:
             raise me.error
         return me.result
 
-    def _finish(self) -> None:
-        """A call returned: hand the queued ops to the first queued thread, or free the slot."""
+    def _lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter] | None) -> list[Decision | None]:
+        """Send one call holding an in-flight slot; give each waiter its result (or the
+        error), then pass the slot on. Returns the results (raises for a lone caller)."""
+        failure: BaseException | None = None
+        try:
+            results = self._run(ops, now)
+        except BaseException as exc:
+            failure = exc
+            if waiters is None:
+                raise
+            shared = exc if isinstance(exc, Exception) else _interrupted(exc)
+            for w in waiters:
+                w.error = shared
+            if not isinstance(exc, Exception):  # this thread's own interrupt: raised here
+                raise
+            return []
+        else:
+            if waiters is not None:
+                for w, result in zip(waiters, results, strict=True):
+                    w.result = result
+            return results
+        finally:
+            self._finish(failure)
+            if waiters is not None:
+                for w in waiters:
+                    w.event.set()
+
+    def _finish(self, failure: BaseException | None) -> None:
+        """A call returned: when Redis timed out or is unreachable, every queued thread gets
+        that error; else the queued ops go to the first queued thread, or the slot is freed."""
         with self._lock:
             batch = self._batch
-            if batch.queue:
-                ops, now, waiters = batch.take()
-                waiters[0].lead = (ops, now, waiters)
-                waiters[0].event.set()
+            if failure is not None and batch.queue and store_down(failure):
+                for _, _, w in batch.queue:
+                    w.error = failure
+                    w.event.set()
+                batch.queue.clear()
+            self._hand_on()
+
+    def _hand_on(self) -> None:
+        """Give the held in-flight slot to the next queued call, or free it (lock held)."""
+        batch = self._batch
+        if batch.queue:
+            ops, now, waiters = batch.take()
+            self._make_lead(ops, now, waiters)
+        else:
+            batch.in_flight -= 1
+
+    def _make_lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter]) -> None:
+        """The first waiter still waiting sends the call (lock held; the slot is held)."""
+        kept = [(op, w) for op, w in zip(ops, waiters, strict=True) if not w.gone]
+        if not kept:
+            self._hand_on()
+            return
+        lead = kept[0][1]
+        lead.lead = ([op for op, _ in kept], now, [w for _, w in kept])
+        lead.event.set()
+
+    def _withdraw(self, me: _Waiter) -> bool:
+        """``me`` stops waiting (timed out or interrupted). True when it was answered
+        meanwhile (its result, error or lead is there: go on as if woken)."""
+        with self._lock:
+            if me.lead is not None:
+                ops, now, waiters = me.lead  # made the lead meanwhile: the next waiter leads
+                me.lead = None
+                me.gone = True
+                self._make_lead(ops, now, waiters)
+                return False
+            if me.event.is_set():
+                return True
+            for i, (_, _, w) in enumerate(self._batch.queue):
+                if w is me:
+                    del self._batch.queue[i]
+                    break
             else:
-                batch.in_flight -= 1
+                me.gone = True  # taken into a call in flight: its answer is dropped
+            return False
 
     # -- the Store role ----------------------------------------------------------------
 
@@ -113,3 +186,10 @@ class RedisStore(RedisCalls):
 
     def close(self) -> None:
         self.client.close()
+
+
+def _interrupted(exc: BaseException) -> StoreError:
+    """What the other waiters of a call get when the thread sending it was interrupted."""
+    error = StoreError(f"the thread sending this call to Redis was interrupted ({exc!r}): its outcome is unknown")
+    error.__cause__ = exc
+    return error

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ratekeeper.decision import Decision
     from ratekeeper.stores.base import Item
 
-__all__ = ["Batch", "Call", "RedisCore", "translate"]
+__all__ = ["Batch", "Call", "RedisCore", "store_down", "translate"]
 
 W = TypeVar("W")
 
@@ -179,3 +179,13 @@ def translate(exc: BaseException, what: str) -> StoreError:
     if isinstance(exc, rexc.ConnectionError | OSError):
         return StoreError(f"Redis is unreachable ({what}): {exc}")
     return StoreError(f"Redis failed {what}: {exc}")
+
+
+def store_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis timed out or is unreachable (not that one call was wrong):
+    the calls queued behind the failed one get the same error instead of waiting their turn."""
+    import redis.exceptions as rexc
+
+    return isinstance(exc, StoreTimeout) or (
+        isinstance(exc, StoreError) and isinstance(exc.__cause__, rexc.ConnectionError | rexc.TimeoutError | OSError)
+    )
