@@ -76,9 +76,7 @@ class RedisStore(RedisCalls):
             self._withdraw(me)
             raise
         if not woken and not self._withdraw(me):
-            raise StoreTimeout(
-                f"Redis did not answer in time: waited {self.core.timeout}s for the calls in flight"
-            )
+            raise StoreTimeout(f"Redis did not answer in time: waited {self.core.timeout}s for the calls in flight")
         if me.lead is not None:
             ops, at, waiters = me.lead
             me.lead = None
