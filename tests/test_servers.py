@@ -162,3 +162,15 @@ def test_wait_until_gives_up_with_what_it_waited_for() -> None:
 
     with pytest.raises(ServerError, match="the impossible"):
         wait_until(lambda: False, 0.05, "the impossible")
+
+
+def test_paused_postgres_server_answers_nothing_until_resumed(fresh_postgres_server: PostgresServer) -> None:
+    server = fresh_postgres_server
+    with psycopg.connect(server.url, autocommit=True) as conn:
+        server.pause()
+        try:
+            with pytest.raises(psycopg.OperationalError):
+                psycopg.connect(server.url, connect_timeout=1)
+        finally:
+            server.resume()
+        assert conn.execute("SELECT 1").fetchone() == (1,)
