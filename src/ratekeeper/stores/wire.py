@@ -144,7 +144,7 @@ def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
                     reply[at + 3],
                     tuple(reply[at + 4 : at + 4 + n]),
                     tuple(reply[at + 4 + n : at + 4 + 2 * n]),
-                    lease_id if allowed and cost and mode == DECIDE and plan.leases else None,
+                    lease_id if allowed and cost and plan.leases else None,
                 )
             )
         )

@@ -111,8 +111,9 @@ for _ = 1, n_ops do
     end
     if mode == "d" then
       if not allowed then
-        refused = true
-      elseif new ~= state then
+        refused = true -- an atomic call then writes nothing
+      end
+      if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
         current[k] = new or NONE
         whole_in[k] = longest(resets)
       end
