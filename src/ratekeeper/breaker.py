@@ -154,15 +154,18 @@ class CircuitBreaker:
     def allow(self) -> bool:
         """Whether a call may go to the store now. Open: False until ``cool_down`` has
         passed, then True for exactly one caller (the probe, now half-open)."""
-        if self._state is CLOSED:
+        state = self._state
+        if state is CLOSED:
             return True
+        now = self._now()
+        cool = round(self.cool_down * 1_000_000)
+        if state is OPEN and now - self._opened_at < cool:
+            return False  # the common case while open: no lock taken
         changed = None
         with self._lock:
-            now = self._now()
             state = self._state
             if state is CLOSED:
                 return True
-            cool = round(self.cool_down * 1_000_000)
             if state is OPEN:
                 if now - self._opened_at < cool:
                     return False
