@@ -560,3 +560,24 @@ def test_a_timeout_is_ignored_by_the_memory_store() -> None:
 def test_the_policy_object_is_shared_by_both_limiters() -> None:
     assert isinstance(Limiter().failure_policy, FailurePolicy)
     assert "raise" == Limiter().on_error == AsyncLimiter().on_error
+
+
+def test_the_readme_example_answers_as_it_says() -> None:
+    """README "When the store fails", run against a failing store instead of Redis."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## When the store fails", 1)[1]
+    block = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[0]
+    block = re.sub(r'Limiter\("redis://localhost:6379/0", timeout=0\.2,\n\s*', "Limiter(store, ", block)
+    store = FlakyStore(FakeClock())
+    store.fail = DOWN
+    namespace: dict[str, Any] = {"store": store}
+    exec(compile(block, "README failure example", "exec"), namespace)
+    limiter: Limiter = namespace["limiter"]
+    assert "allow" == namespace["d"].fallback
+    assert not limiter.try_acquire(namespace["login"], "u-42")
+    assert "local" == limiter.try_acquire(namespace["search"], "u-42").fallback
+    assert 1 == limiter.failures.count("auth.login", outcome="deny")
+    assert CLOSED == limiter.failures.snapshot()["breaker"]
