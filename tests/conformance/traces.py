@@ -263,8 +263,8 @@ class Reference:
     ``decide`` is ``Algorithm.decide`` (the generic reference, not the compiled one-limit
     decider the memory store runs); batches are decided as ``MemoryStore.decide_many``
     does: in order, each item seeing the ones before it, committed only when every item
-    is admitted. It also tracks when each state becomes whole (``whole_at``), the earliest
-    time a store may forget it.
+    is admitted; refunds as ``MemoryStore.refund``. It also tracks when each state becomes
+    whole (``whole_at``), the earliest time a store may forget it.
     """
 
     def __init__(self) -> None:
@@ -298,10 +298,16 @@ class Reference:
         return tuple(decisions)
 
     def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None, now: int) -> None:
+        """Give back ``cost``; a state left whole is forgotten at once (as every store does:
+        a whole state can still remember a newer window or refill time after the clock
+        stepped back, and forgetting it is what the stores document)."""
         slot = (plan.table, key)
         state = self.states.get(slot)
-        if state is not None:
-            self._store(plan, slot, state, plan.algorithm.refund(plan, state, now, cost, lease_id), now)
+        if state is None:
+            return
+        new = plan.algorithm.refund(plan, state, now, cost, lease_id)
+        _, probe = plan.algorithm.decide(plan, new, now, 0, None, None)
+        self._store(plan, slot, state, None if max(probe.reset_us) <= 0 else new, now)
 
     def reset(self, plan: Plan, key: str) -> None:
         slot = (plan.table, key)
