@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, translate
+from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, sever, translate
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -37,6 +39,62 @@ class _Waiter:
         self.result: Decision | None = None
         self.error: BaseException | None = None
         self.lead: tuple[list[wire.Op], int | None, list[_Waiter]] | None = None
+
+
+class _Watchdog:
+    """Client-side deadlines: a statement still waiting for its reply at its deadline has
+    its connection severed (``sever``), so no call outlives the timeout by more than a
+    tick, whatever the server does. One daemon thread per store, asleep while idle."""
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.lock = threading.Lock()
+        self.wake = threading.Condition(self.lock)
+        self.armed: dict[int, tuple[float, Any]] = {}
+        self.fired: set[int] = set()
+        self.serial = 0
+        self.thread: threading.Thread | None = None
+        self.closed = False
+
+    def arm(self, conn: Any, seconds: float) -> int:
+        with self.lock:
+            self.serial += 1
+            token = self.serial
+            self.armed[token] = (time.monotonic() + seconds, conn)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, name="ratekeeper-pg-watchdog", daemon=True)
+                self.thread.start()
+            elif len(self.armed) == 1:
+                self.wake.notify()
+        return token
+
+    def disarm(self, token: int) -> bool:
+        """Forget ``token``; whether its deadline had passed (its connection is severed)."""
+        with self.lock:
+            self.armed.pop(token, None)
+            if token in self.fired:
+                self.fired.discard(token)
+                return True
+            return False
+
+    def _watch(self) -> None:
+        with self.lock:
+            while not self.closed:
+                if not self.armed:
+                    self.wake.wait()
+                    continue
+                self.wake.wait(self.tick)
+                now = time.monotonic()
+                for token, (deadline, conn) in list(self.armed.items()):
+                    if now >= deadline:
+                        del self.armed[token]
+                        self.fired.add(token)
+                        sever(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            self.closed = True
+            self.wake.notify()
 
 
 class PostgresStore:
@@ -63,21 +121,34 @@ class PostgresStore:
         self._ready_lock = threading.Lock()
         self._lock = threading.Lock()
         self._batch: Batch[_Waiter] = Batch(opts.max_in_flight)
+        self._watchdog = _Watchdog(tick=min(0.05, opts.timeout / 4))
 
     def _configure(self, conn: Any) -> None:
         conn.execute(self.core.session_sql)
 
     # -- executing statements ------------------------------------------------------------
 
-    def _execute(self, sql: str, params: Sequence[Any], what: str) -> Any:
+    def _execute(self, sql: str, params: Sequence[Any], what: str, deadline: float | None = None) -> Any:
+        """One statement on a pooled connection, its reply's first row; no longer than the
+        timeout (waiting for a connection, then for the reply) plus a watchdog tick."""
         import psycopg
         import psycopg_pool
 
+        watchdog = self._watchdog
+        fired = False
         try:
             with self.pool.connection(timeout=self.core.timeout) as conn:
-                cur = conn.execute(sql, params)
-                return cur.fetchone() if cur.description is not None else None
+                token = watchdog.arm(conn, self.core.timeout if deadline is None else deadline)
+                try:
+                    cur = conn.execute(sql, params)
+                    return cur.fetchone() if cur.description is not None else None
+                finally:
+                    fired = watchdog.disarm(token)
+                    if fired:
+                        conn.close()  # severed: the pool must not hand it out again
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if fired:
+                raise StoreTimeout(f"PostgreSQL did not answer {what} in time (the connection was dropped)") from exc
             if connection_lost(exc):
                 self._check_pool()
             raise translate(exc, what) from exc
@@ -94,17 +165,24 @@ class PostgresStore:
         import psycopg_pool
 
         core = self.core
+        fired = False
         try:
             with self.pool.connection(timeout=core.timeout) as conn:
-                conn.execute("SET statement_timeout = 0")
+                token = self._watchdog.arm(conn, core.migrate_timeout)
                 try:
+                    conn.execute("SET statement_timeout = 0")
                     with conn.transaction():
                         conn.execute(core.lock_sql, core.lock_params)
                         if not core.is_current(conn.execute(core.installed_sql, core.installed_params).fetchone()):
                             conn.execute(core.migration(), prepare=False)
-                finally:
                     conn.execute(core.statement_timeout_sql)
+                finally:
+                    fired = self._watchdog.disarm(token)
+                    if fired:
+                        conn.close()
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if fired:
+                raise StoreTimeout(f"the schema migration took longer than {core.migrate_timeout}s") from exc
             raise translate(exc, "the schema migration") from exc
         self._ready = True
 
@@ -214,6 +292,7 @@ class PostgresStore:
         return int(row[0])
 
     def close(self) -> None:
+        self._watchdog.close()
         self.pool.close()
 
     def __enter__(self) -> PostgresStore:

@@ -12,8 +12,9 @@ import contextlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, translate
+from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, sever, translate
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -65,14 +66,34 @@ class AsyncPostgresStore:
         import psycopg_pool
 
         pool = self.pool if self.pool is not None else await self._open()
+        fired: list[bool] = []
         try:
             async with pool.connection(timeout=self.core.timeout) as conn:
-                cur = await conn.execute(sql, params)
-                return await cur.fetchone() if cur.description is not None else None
+                watchdog = self._arm(conn, self.core.timeout, fired)
+                try:
+                    cur = await conn.execute(sql, params)
+                    return await cur.fetchone() if cur.description is not None else None
+                finally:
+                    watchdog.cancel()
+                    if fired:
+                        await conn.close()  # severed: the pool must not hand it out again
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if fired:
+                raise StoreTimeout(f"PostgreSQL did not answer {what} in time (the connection was dropped)") from exc
             if connection_lost(exc):
                 await self._check_pool()
             raise translate(exc, what) from exc
+
+    @staticmethod
+    def _arm(conn: Any, seconds: float, fired: list[bool]) -> asyncio.TimerHandle:
+        """The client-side deadline: sever ``conn`` if its reply has not come in ``seconds``
+        (a paused server answers nothing, and no ``statement_timeout`` can end that)."""
+
+        def fire() -> None:
+            fired.append(True)
+            sever(conn)
+
+        return asyncio.get_running_loop().call_later(seconds, fire)
 
     async def _check_pool(self) -> None:
         """A connection died: replace the idle ones that died with it (a server restart)."""
@@ -86,18 +107,25 @@ class AsyncPostgresStore:
 
         core = self.core
         pool = await self._open()
+        fired: list[bool] = []
         try:
             async with pool.connection(timeout=core.timeout) as conn:
-                await conn.execute("SET statement_timeout = 0")
+                watchdog = self._arm(conn, core.migrate_timeout, fired)
                 try:
+                    await conn.execute("SET statement_timeout = 0")
                     async with conn.transaction():
                         await conn.execute(core.lock_sql, core.lock_params)
                         cur = await conn.execute(core.installed_sql, core.installed_params)
                         if not core.is_current(await cur.fetchone()):
                             await conn.execute(core.migration(), prepare=False)
-                finally:
                     await conn.execute(core.statement_timeout_sql)
+                finally:
+                    watchdog.cancel()
+                    if fired:
+                        await conn.close()
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
+            if fired:
+                raise StoreTimeout(f"the schema migration took longer than {core.migrate_timeout}s") from exc
             raise translate(exc, "the schema migration") from exc
         self._ready = True
 

@@ -12,11 +12,13 @@ this module plans, so the logic exists once:
   deciding a list of ops in the wire format (``wire.py``); ``decode`` reads its reply.
 - ``Batch``: the ops waiting while earlier calls are in flight (hot-key coalescing): the
   shells send them together as one call, one decision each, in arrival order.
-- ``translate``: psycopg / psycopg_pool exceptions become ``StoreTimeout`` / ``StoreError``.
+- ``translate``: psycopg / psycopg_pool exceptions become ``StoreTimeout`` / ``StoreError``;
+  ``sever`` ends a statement the server does not answer (the shells' client-side deadline).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
 from collections import deque
@@ -212,6 +214,7 @@ class PostgresCore:
     def __init__(self, url: str, **options: Any) -> None:
         self.options = opts = PostgresOptions(url, **options)
         self.timeout = opts.timeout
+        self.migrate_timeout = max(60.0, opts.timeout)
         self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text[])"
         self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
@@ -289,6 +292,22 @@ class Batch(Generic[W]):
                 kept.append(entry)
         queue.extendleft(reversed(kept))
         return ops, now, waiters
+
+
+def sever(conn: Any) -> None:
+    """Shut down ``conn``'s socket: a read blocked on it (a paused or vanished server, which
+    no ``statement_timeout`` can end) returns at once with an error, and the pool drops
+    the connection. Acts on the socket, not on a descriptor, so libpq's own stays valid."""
+    import os
+    import socket
+
+    with contextlib.suppress(Exception):
+        fd = conn.pgconn.socket
+        dup = socket.socket(fileno=os.dup(fd))
+        try:
+            dup.shutdown(socket.SHUT_RDWR)
+        finally:
+            dup.close()
 
 
 def connection_lost(exc: BaseException) -> bool:
