@@ -284,3 +284,53 @@ def test_async_limiter_through_a_stop_a_lock_and_a_start(
         await limiter.aclose()
 
     asyncio.run(main())
+
+
+def test_paused_server_calls_end_at_the_timeout_instead_of_hanging(
+    fresh_postgres_server: PostgresServer, key_prefix: str
+) -> None:
+    """SIGSTOP on every server process: the socket stays open, the kernel still acknowledges,
+    nothing answers and the server cannot run its own statement timeout. Only the client can
+    end the call. (A timer resumes the server after a few seconds, so a store that hangs
+    fails this test instead of hanging the suite.)"""
+    server = fresh_postgres_server
+    limiter, _ = limiter_on(server, key_prefix, "deny")
+    assert limiter.try_acquire(LOGIN, "user-1")
+    server.pause()
+    resume = threading.Timer(3.0, server.resume)
+    resume.start()
+    try:
+        decisions, slowest = load(limiter, LOGIN, 5)
+    finally:
+        resume.cancel()
+        server.resume()
+    assert slowest <= TIMEOUT + MARGIN, f"a call took {slowest:.3f}s with timeout {TIMEOUT}s"
+    assert {(False, "deny")} == {(d.allowed, d.fallback) for d in decisions}
+    assert wait_for_store(limiter, LOGIN).allowed
+    limiter.close()
+
+
+def test_paused_server_async_calls_end_at_the_timeout(fresh_postgres_server: PostgresServer, key_prefix: str) -> None:
+    server = fresh_postgres_server
+
+    async def main() -> None:
+        store = AsyncPostgresStore(server.url, prefix=f"{key_prefix}:", timeout=TIMEOUT)
+        limiter = AsyncLimiter(store, on_error="allow", breaker=CircuitBreaker(3, cool_down=COOL_DOWN))
+        assert (await limiter.try_acquire(RULE, "k")).fallback is None
+        server.pause()
+        try:
+            for _ in range(3):
+                start = time.monotonic()
+                decision = await asyncio.wait_for(limiter.try_acquire(RULE, "k"), 5.0)
+                elapsed = time.monotonic() - start
+                assert elapsed <= TIMEOUT + MARGIN, f"a call took {elapsed:.3f}s with timeout {TIMEOUT}s"
+                assert "allow" == decision.fallback
+        finally:
+            server.resume()
+        deadline = time.monotonic() + RECOVERY
+        while (await limiter.try_acquire(RULE, "recovery")).fallback is not None:
+            assert time.monotonic() < deadline, "the store was not used again after the resume"
+            await asyncio.sleep(0.05)
+        await limiter.aclose()
+
+    asyncio.run(main())
