@@ -32,9 +32,15 @@ from ratekeeper.rule import Rule
 
 __all__ = [
     "ALGORITHM_NAMES",
+    "EPOCH_US",
+    "HOUR_US",
+    "LEASING",
+    "RESERVING",
+    "STARTS",
     "Acquire",
     "Advance",
     "Batch",
+    "Op",
     "Peek",
     "Reference",
     "Refund",
@@ -43,6 +49,7 @@ __all__ = [
     "RuleSpec",
     "Session",
     "Trace",
+    "examples",
     "rule_specs",
     "traces",
 ]
@@ -160,7 +167,7 @@ _PERIODS_US = st.one_of(
 )
 """From 1 µs (fractional emission intervals such as 7/3 µs) to ten minutes, round and not."""
 
-_STARTS = st.one_of(
+STARTS = st.one_of(
     st.sampled_from([0, 1, 1_000_000]),
     st.integers(0, 10**7),
     st.integers(EPOCH_US, EPOCH_US + 10**12),
@@ -249,7 +256,7 @@ def traces(draw: st.DrawFn, algorithm: str | None = None, max_ops: int = 30) -> 
     """A trace over one to three rules of ``algorithm`` (mixed algorithms when None)."""
     rules = tuple(draw(rule_specs(algorithm)) for _ in range(draw(st.integers(1, 3))))
     keys = draw(st.integers(1, 3))
-    start = draw(_STARTS)
+    start = draw(STARTS)
     ops = draw(st.lists(_operations(rules, keys), min_size=1, max_size=max_ops))
     return Trace(rules, keys, start, tuple(ops))
 
@@ -387,6 +394,7 @@ class Session:
         self.leases: dict[tuple[int, int], list[str]] = {}
         self.history: list[str] = []
         self.count = 0
+        self.broken = False
 
     def run(self, ops: Sequence[Op]) -> None:
         for op in ops:
@@ -453,6 +461,7 @@ class Session:
     def compare(self, op: Op, got: Any, want: Any) -> None:
         if got == want and _shape(got) == _shape(want):
             return
+        self.broken = True
         if isinstance(op, Batch):
             detail = "\n".join(
                 f"  item {n}:\n{_explain(g, w)}" for n, (g, w) in enumerate(zip(got, want, strict=False)) if g != w
