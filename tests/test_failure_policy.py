@@ -581,3 +581,36 @@ def test_the_readme_example_answers_as_it_says() -> None:
     assert "local" == limiter.try_acquire(namespace["search"], "u-42").fallback
     assert 1 == limiter.failures.count("auth.login", outcome="deny")
     assert CLOSED == limiter.failures.snapshot()["breaker"]
+
+
+def test_a_refused_batch_keeps_the_fallback_mark_but_hands_out_no_lease() -> None:
+    limiter, store, _ = flaky("allow")
+    jobs = Rule("jobs", ["2/minute"], algorithm="concurrency")
+    closed = Rule("closed", "5/s", on_error="deny")
+    store.fail = DOWN
+    batch = limiter.try_acquire_many([(jobs, "tenant"), (closed, "tenant")])
+    assert not batch
+    assert [(None, "deny"), (None, "deny")] == [(d.lease_id, d.fallback) for d in batch]
+
+
+def test_only_one_of_many_threads_probes_a_half_open_breaker() -> None:
+    import threading
+
+    clock = FakeClock()
+    breaker = CircuitBreaker(1, cool_down=1.0, clock=clock)
+    breaker.record_failure()
+    clock.advance(1.0)
+    start = threading.Barrier(8)
+    allowed: list[bool] = []
+
+    def ask() -> None:
+        start.wait()
+        allowed.extend(breaker.allow() for _ in range(100))
+
+    threads = [threading.Thread(target=ask) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert (1, 800) == (allowed.count(True), len(allowed))
+    assert 1 == breaker.transitions[OPEN, HALF_OPEN]

@@ -119,7 +119,7 @@ def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecisi
     )
     if not all(d.allowed for d in decisions):
         # Nothing was charged, so no lease is held: do not hand out their ids.
-        decisions = tuple(Decision.make(*d[:8]) if d.lease_id else d for d in decisions)
+        decisions = tuple(Decision((*d[:8], None, *d[9:])) if d.lease_id else d for d in decisions)
     return BatchDecision(decisions)
 
 
