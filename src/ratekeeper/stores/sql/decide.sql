@@ -63,7 +63,6 @@ DECLARE
     cost bigint;
     mw bigint;
     lease text;
-    res record;
     chk record;
     life bigint;
     wall bigint;
@@ -72,6 +71,10 @@ DECLARE
     refused boolean := false;
     peek_only boolean := true;
     expires bigint;
+    order_ int[];
+    reply bigint[];
+    new_state numeric[];
+    new_leases text[];
 BEGIN
     -- Which keys the call writes: a call of peeks only reads, and locks nothing.
     pos := 4;
@@ -89,7 +92,12 @@ BEGIN
 
     -- Lock (or create) every row in one order.
     slots := array_fill(NULL::@schema@.rk_slot, ARRAY[n_keys]);
-    FOR k IN SELECT i FROM generate_subscripts(keys, 1) AS i ORDER BY keys[i] COLLATE "C" LOOP
+    IF n_keys = 1 THEN
+        order_ := ARRAY[1];
+    ELSE
+        order_ := ARRAY(SELECT i FROM generate_subscripts(keys, 1) AS i ORDER BY keys[i] COLLATE "C");
+    END IF;
+    FOREACH k IN ARRAY order_ LOOP
         s := ROW(NULL, NULL, false, false, 0);
         IF peek_only THEN
             SELECT t.state, t.leases INTO s.state, s.leases FROM @schema@.@table@ t WHERE t.key = keys[k];
@@ -127,30 +135,49 @@ BEGIN
         lease := nullif(args[pos + 2], '');
         pos := pos + 3;
         s := slots[k];
-        res := @schema@.rk_apply(algo, s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+        CASE algo
+            WHEN 'gcra' THEN
+                SELECT * INTO new_state, new_leases, reply
+                FROM @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'fixed_window' THEN
+                SELECT * INTO new_state, new_leases, reply
+                FROM @schema@.rk_fixed_window(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            ELSE
+                SELECT * INTO new_state, new_leases, reply
+                FROM @schema@.rk_apply(algo, s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+        END CASE;
         IF mode = 'r' THEN
             -- As MemoryStore.refund: a state that is whole again is deleted.
-            chk := @schema@.rk_apply(algo, res.new_state, res.new_leases, now_us, spec, 0, NULL, NULL, false);
-            life := (SELECT max(x) FROM unnest(chk.reply[5 + n_limits : 4 + 2 * n_limits]) AS x);
+            SELECT * INTO chk FROM @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
+            life := 0;
+            FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
+                life := greatest(life, chk.reply[j]);
+            END LOOP;
             IF life <= 0 THEN
                 s.state := NULL;
                 s.leases := NULL;
             ELSE
-                s.state := res.new_state;
-                s.leases := res.new_leases;
+                s.state := new_state;
+                s.leases := new_leases;
             END IF;
             s.dirty := true;
             s.life := life;
         ELSE
-            out := out || res.reply;
-            IF res.reply[1] = 0 AND mode = 'd' THEN
-                refused := true;
-            END IF;
-            IF mode = 'd' AND (res.new_state IS DISTINCT FROM s.state OR res.new_leases IS DISTINCT FROM s.leases) THEN
-                s.state := res.new_state;
-                s.leases := res.new_leases;
-                s.dirty := true;
-                s.life := (SELECT max(x) FROM unnest(res.reply[5 + n_limits : 4 + 2 * n_limits]) AS x);
+            out := out || reply;
+            IF mode = 'd' THEN
+                IF reply[1] = 0 THEN
+                    refused := true;
+                END IF;
+                IF new_state IS DISTINCT FROM s.state OR new_leases IS DISTINCT FROM s.leases THEN
+                    s.state := new_state;
+                    s.leases := new_leases;
+                    s.dirty := true;
+                    life := 0;
+                    FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
+                        life := greatest(life, reply[j]);
+                    END LOOP;
+                    s.life := life;
+                END IF;
             END IF;
         END IF;
         slots[k] := s;
