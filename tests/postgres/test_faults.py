@@ -155,7 +155,7 @@ def test_a_decision_blocked_by_a_lock_ends_at_the_statement_timeout_and_the_poli
     assert {(False, "deny")} == {(d.allowed, d.fallback) for d in decisions}
     assert limiter.failures.count("auth.login", cause="timeout", outcome="deny") == 3
     assert OPEN == limiter.breaker.state
-    assert 4 == wait_for_store(limiter, LOGIN).remaining  # the store's own count: one earlier, one now
+    assert 4 == wait_for_store(limiter, LOGIN).remaining  # the store decides again: its fresh key, charged once
     limiter.close()
 
 
