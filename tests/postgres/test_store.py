@@ -341,3 +341,26 @@ def test_async_unreachable_server_raises_a_store_error_within_the_timeout() -> N
     started = time.monotonic()
     asyncio.run(main())
     assert time.monotonic() - started < 3.0
+
+
+def test_decisions_sweep_expired_rows_on_their_own(store: PostgresStore, schema: str) -> None:
+    plan = Rule("self-sweep", ["1000000/s"], "fixed_window")._plan
+    for i in range(20):
+        store.decide(plan, f"idle-{i}", 1)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"UPDATE {schema}.state SET expires_at = 0")  # all idle and whole
+    for _ in range(40):  # one call in 64 sweeps: 2000 calls all miss it with p < 1e-13
+        for _ in range(50):
+            store.decide(plan, "busy", 1)
+        if len(rows(schema)) == 1:
+            break
+    assert [k for k, _ in rows(schema)] == [wire.storage_key("", plan, "busy")]
+
+
+def test_a_row_written_at_a_given_now_expires_a_day_after_the_wall_clock(store: PostgresStore, schema: str) -> None:
+    """Tests pass their own ``now``: their rows are kept by the wall clock (plus a day), so a
+    sweep never deletes state that the test's time still counts."""
+    store.decide(Rule("given-now", ["1/10s"])._plan, "k", 1, now=1_000_000)
+    ((_, expires_at),) = rows(schema)
+    day = 86_400_000_000
+    assert wall_us() + day + 10_000_000 - 5_000_000 <= expires_at <= wall_us() + day + 10_000_000 + 2_000_000
