@@ -258,3 +258,18 @@ def test_async_limiter_through_kill_pause_and_restart(redis_server: RedisServer,
         await limiter.aclose()
 
     asyncio.run(main())
+
+
+def test_the_limiters_timeout_reaches_the_store(redis_server: RedisServer, key_prefix: str) -> None:
+    """``Limiter(url, timeout=..., on_error=...)``, the way users write it, bounds a hung call."""
+    limiter = Limiter(redis_server.url, prefix=f"{key_prefix}:", timeout=TIMEOUT, on_error="deny")
+    assert limiter.try_acquire(LOGIN, "u").fallback is None
+    redis_server.pause()
+    try:
+        decision, took = timed(limiter, LOGIN, "u")
+    finally:
+        redis_server.resume()
+    assert took <= TIMEOUT + MARGIN, f"a call took {took:.3f}s with timeout {TIMEOUT}s"
+    assert (False, "deny") == (decision.allowed, decision.fallback)
+    assert 1 == limiter.failures.count("auth.login", cause="timeout", outcome="deny")
+    limiter.close()
