@@ -528,18 +528,7 @@ class RedisCluster(_Closable):
             for i in range(masters):
                 node_dir = self.dir / f"node{i}"
                 node_dir.mkdir()
-                self.nodes.append(
-                    RedisServer(
-                        directory=node_dir,
-                        name=f"node{i}",
-                        extra_args=[
-                            "--cluster-enabled", "yes",
-                            "--cluster-config-file", str(node_dir / "nodes.conf"),
-                            "--cluster-port", str(free_port()),
-                            "--cluster-node-timeout", "5000",
-                        ],
-                    )
-                )
+                self.nodes.append(self._start_node(node_dir, f"node{i}"))
             create = subprocess.run(
                 [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in self.nodes), "--cluster-yes"],
                 capture_output=True, text=True, timeout=timeout, check=False,
@@ -550,6 +539,26 @@ class RedisCluster(_Closable):
         except BaseException:
             self.close()
             raise
+
+    @staticmethod
+    def _start_node(node_dir: Path, name: str, attempts: int = 3) -> RedisServer:
+        """A cluster-enabled node; a bus port taken meanwhile by someone else means new ports."""
+        for attempt in range(attempts):
+            try:
+                return RedisServer(
+                    directory=node_dir,
+                    name=name,
+                    extra_args=[
+                        "--cluster-enabled", "yes",
+                        "--cluster-config-file", str(node_dir / "nodes.conf"),
+                        "--cluster-port", str(free_port()),
+                        "--cluster-node-timeout", "5000",
+                    ],
+                )
+            except ServerError:
+                if attempt == attempts - 1 or "Address already in use" not in _tail(node_dir / f"{name}.log", 5):
+                    raise
+        raise AssertionError("unreachable")
 
     @property
     def ports(self) -> list[int]:
@@ -665,6 +674,7 @@ class PostgresServer(_Closable):
     def __init__(self, port: int | None = None, settings: dict[str, str] | None = None, *, start: bool = True) -> None:
         self._pg_ctl = require_binary("pg_ctl", PG_BIN)
         self.port = port if port is not None else free_port()
+        self._fixed_port = port is not None
         self.dir = Path(tempfile.mkdtemp(prefix="rk-pg-"))
         self.data = self.dir / "data"
         self.socket_dir = self.dir / "socket"
@@ -725,12 +735,24 @@ class PostgresServer(_Closable):
             return None
 
     def start(self, timeout: float = 30.0) -> None:
-        """Start (``pg_ctl start -w``) and return once it accepts connections on its port."""
-        done = self._ctl("start", "-w", "-t", str(int(timeout)), "-l", str(self.log_path), timeout=timeout + 5)
-        if done.returncode != 0:
+        """Start (``pg_ctl start -w``) and return once it accepts connections on its port.
+
+        Before the first successful start, a port taken meanwhile by someone else is
+        replaced by another spare one; afterwards the port never changes.
+        """
+        for attempt in range(5):
+            done = self._ctl("start", "-w", "-t", str(int(timeout)), "-l", str(self.log_path), timeout=timeout + 5)
+            if done.returncode == 0:
+                break
+            if not self._fixed_port and attempt < 4 and "Address already in use" in _tail(self.log_path, 10):
+                self.port = free_port()
+                with (self.data / "postgresql.conf").open("a") as f:
+                    f.write(f"port = {self.port}\n")  # the last setting wins
+                continue
             raise ServerError(f"pg_ctl start failed on port {self.port}:\n{done.stdout}{done.stderr}\n"
                               f"log {self.log_path}:\n{_tail(self.log_path)}")
         wait_until(self._accepts, timeout, f"postgres to accept connections on port {self.port}")
+        self._fixed_port = True
 
     def _accepts(self) -> bool:
         with socket.create_connection((HOST, self.port), timeout=1.0):
