@@ -64,6 +64,7 @@ DECLARE
     mw bigint;
     lease text;
     chk record;
+    res record;
     life bigint;
     wall bigint;
     now_us bigint;
@@ -137,18 +138,29 @@ BEGIN
         s := slots[k];
         CASE algo
             WHEN 'gcra' THEN
-                SELECT * INTO new_state, new_leases, reply
-                FROM @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                res := @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
             WHEN 'fixed_window' THEN
-                SELECT * INTO new_state, new_leases, reply
-                FROM @schema@.rk_fixed_window(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                res := @schema@.rk_fixed_window(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'token_bucket' THEN
+                res := @schema@.rk_token_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'leaky_bucket' THEN
+                res := @schema@.rk_leaky_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'sliding_window_log' THEN
+                res := @schema@.rk_sliding_window_log(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'sliding_window_counter' THEN
+                res := @schema@.rk_sliding_window_counter(
+                    s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+            WHEN 'concurrency' THEN
+                res := @schema@.rk_concurrency(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
             ELSE
-                SELECT * INTO new_state, new_leases, reply
-                FROM @schema@.rk_apply(algo, s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
         END CASE;
+        new_state := res.new_state;
+        new_leases := res.new_leases;
+        reply := res.reply;
         IF mode = 'r' THEN
             -- As MemoryStore.refund: a state that is whole again is deleted.
-            SELECT * INTO chk FROM @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
+            chk := @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
             life := 0;
             FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
                 life := greatest(life, chk.reply[j]);
@@ -213,26 +225,19 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 BEGIN
     CASE algo
         WHEN 'gcra' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_gcra(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_gcra(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'fixed_window' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_fixed_window(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_fixed_window(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'token_bucket' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_token_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_token_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'leaky_bucket' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_leaky_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_leaky_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'sliding_window_log' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_sliding_window_log(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_sliding_window_log(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'sliding_window_counter' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_sliding_window_counter(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_sliding_window_counter(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'concurrency' THEN
-            SELECT * INTO new_state, new_leases, reply
-            FROM @schema@.rk_concurrency(st, ls, now_us, spec, cost, max_wait, lease, refund);
+            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_concurrency(st, ls, now_us, spec, cost, max_wait, lease, refund);
         ELSE
             RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
     END CASE;

@@ -41,15 +41,15 @@ $$;
 
 -- Python's a // b for b > 0 (floor division, also for negative a).
 CREATE OR REPLACE FUNCTION @schema@.rk_fdiv(a numeric, b numeric) RETURNS numeric
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN a < 0 AND mod(a, b) <> 0 THEN div(a, b) - 1 ELSE div(a, b) END $$;
 
 -- -(-a // b): ceil(a / b) for b > 0 (base.ceil_div).
 CREATE OR REPLACE FUNCTION @schema@.rk_cdiv(a numeric, b numeric) RETURNS numeric
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN a > 0 AND mod(a, b) <> 0 THEN div(a, b) + 1 ELSE div(a, b) END $$;
 
 -- base.later: whether retry time a is later than b (-1 = never, the latest).
 CREATE OR REPLACE FUNCTION @schema@.rk_later(a numeric, b numeric) RETURNS boolean
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN a = -1 THEN b <> -1 ELSE b <> -1 AND a > b END $$;

@@ -19,7 +19,7 @@
 
 -- _estimate
 CREATE OR REPLACE FUNCTION @schema@.rk_swc_estimate(prev numeric, curr numeric, elapsed numeric, period numeric)
-RETURNS double precision LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS
+RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT prev::float8 * ((period - elapsed)::float8 / period::float8) + curr::float8 $$;
 
 -- _first_admitting: the first µs t >= start where estimate + cost <= limit (one exists).
