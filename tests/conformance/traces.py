@@ -9,14 +9,15 @@ nothing), ``Refund``, ``Release`` (of a concurrency lease), ``Reset`` and ``Batc
 algorithms, batches as ``MemoryStore.decide_many``), and fails on the first decision that
 differs in any field, naming the operation, the time and the field.
 
-The clock steps back only as far as every store must still remember: a store may drop a
-key's state once it is whole again (``Reference.whole_at``), and a whole state dropped
-decides like one kept only from the time it became whole. ``Reference.floor`` is that
-time for every key a store may already have dropped.
+The clock may step back anywhere (never below 0). A store may forget a state once it is
+whole again, which only matters after such a step: the reference then accepts the
+decision of either the state kept or the state forgotten, and nothing else (see
+``Reference``).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -265,76 +266,132 @@ def traces(draw: st.DrawFn, algorithm: str | None = None, max_ops: int = 30) -> 
 
 
 class Reference:
-    """The truth: each (rule, key)'s state in a dict, decided by the pure algorithms.
+    """The truth: each (rule, key)'s possible states, decided by the pure algorithms.
 
     ``decide`` is ``Algorithm.decide`` (the generic reference, not the compiled one-limit
     decider the memory store runs); batches are decided as ``MemoryStore.decide_many``
     does: in order, each item seeing the ones before it, committed only when every item
-    is admitted; refunds as ``MemoryStore.refund``. It also tracks when each state becomes
-    whole (``whole_at``), the earliest time a store may forget it.
+    is admitted; refunds are ``Algorithm.refund``.
+
+    A store may forget a state once it is whole again (Redis deletes it, the memory store
+    drops idle generations, PostgreSQL sweeps rows). A whole state and no state decide
+    alike going forward, but not always after the clock steps back (a whole fixed window
+    still names the newer window; a full token bucket its later refill time). So each key
+    holds its candidate states: the state as the algorithm leaves it, and also "forgotten"
+    (None) once that state has been whole at some time the store has seen. A store's
+    answer must equal the decision of one candidate; the candidates that gave it live on.
+    A store that forgets a state before it is whole matches none.
     """
 
+    MAX_CANDIDATES = 8
+
     def __init__(self) -> None:
-        self.states: dict[tuple[str, str], Any] = {}
-        self.whole_at: dict[tuple[str, str], int] = {}
+        self.candidates: dict[tuple[str, str], list[tuple[Any, int]]] = {}
+        """slot -> [(state, the time from which it is whole)]; no entry: [(None, 0)]."""
         self.latest = 0
 
-    def decide(
-        self, plan: Plan, key: str, cost: int, max_wait: int | None, lease_id: str | None, now: int, commit: bool
-    ) -> Decision:
-        slot = (plan.table, key)
-        state = self.states.get(slot)
-        new, decision = plan.algorithm.decide(plan, state, now, cost, max_wait, lease_id)
-        if commit:
-            self._store(plan, slot, state, new, now)
-        return decision
+    def _options(self, slot: tuple[str, str]) -> list[Any]:
+        """The states the store may hold for ``slot`` now."""
+        options: list[Any] = []
+        for state, whole_at in self.candidates.get(slot, [(None, 0)]):
+            for option in (state, None) if whole_at <= self.latest else (state,):
+                if not any(option == o for o in options):
+                    options.append(option)
+        return options
 
-    def decide_many(self, items: Sequence[tuple[Plan, str, int, str | None]], now: int) -> tuple[Decision, ...]:
-        pending: dict[tuple[str, str], Any] = {}
-        plans: dict[tuple[str, str], Plan] = {}
-        decisions = []
-        for plan, key, cost, lease_id in items:
-            slot = (plan.table, key)
-            state = pending[slot] if slot in pending else self.states.get(slot)
-            pending[slot], decision = plan.algorithm.decide(plan, state, now, cost, None, lease_id)
-            plans[slot] = plan
-            decisions.append(decision)
-        if all(d.allowed for d in decisions):
-            for slot, new in pending.items():
-                self._store(plans[slot], slot, self.states.get(slot), new, now)
-        return tuple(decisions)
+    def _keep(self, plan: Plan, slot: tuple[str, str], pairs: Sequence[tuple[Any, Any]], now: int) -> None:
+        """The candidates after an op: ``pairs`` of (state before, state after)."""
+        old_whole = {id(s): w for s, w in self.candidates.get(slot, [(None, 0)])}
+        kept: list[tuple[Any, int]] = []
+        for before, after in pairs:
+            if any(after == s for s, _ in kept):
+                continue
+            if after is None:
+                whole_at = 0
+            elif after == before and id(before) in old_whole:
+                whole_at = old_whole[id(before)]
+            else:
+                _, probe = plan.algorithm.decide(plan, after, now, 0, None, None)
+                whole_at = now + max(probe.reset_us)
+            kept.append((after, whole_at))
+        if len(kept) > self.MAX_CANDIDATES:
+            raise RuntimeError(f"more than {self.MAX_CANDIDATES} candidate states for {slot}: {kept!r}")
+        self.candidates[slot] = kept
+
+    def decide(
+        self,
+        plan: Plan,
+        key: str,
+        cost: int,
+        max_wait: int | None,
+        lease_id: str | None,
+        now: int,
+        commit: bool,
+        answer: Any,
+    ) -> list[Decision]:
+        """The reference decisions the store's ``answer`` is checked against: [] when it
+        matched one (and the candidates are narrowed to those that give it), else every
+        decision the reference allows."""
+        slot = (plan.table, key)
+        outcomes = []
+        for state in self._options(slot):
+            new, decision = plan.algorithm.decide(plan, state, now, cost, max_wait, lease_id)
+            outcomes.append((state, new, decision))
+        matching = [(state, new) for state, new, decision in outcomes if same(answer, decision)]
+        if not matching:
+            return _unique([decision for _, _, decision in outcomes])
+        self._keep(plan, slot, [(s, n) if commit else (s, s) for s, n in matching], now)
+        return []
+
+    def decide_many(
+        self, items: Sequence[tuple[Plan, str, int, str | None]], now: int, answer: Any
+    ) -> list[tuple[Decision, ...]]:
+        """``decide`` for a batch: every combination of the keys' candidate states."""
+        slots: dict[tuple[str, str], Plan] = {}
+        for plan, key, _, _ in items:
+            slots[(plan.table, key)] = plan
+        order = list(slots)
+        outcomes = []
+        for combo in itertools.product(*(self._options(slot) for slot in order)):
+            start = dict(zip(order, combo, strict=True))
+            pending = dict(start)
+            decisions = []
+            for plan, key, cost, lease_id in items:
+                slot = (plan.table, key)
+                pending[slot], decision = plan.algorithm.decide(plan, pending[slot], now, cost, None, lease_id)
+                decisions.append(decision)
+            outcomes.append((start, pending, tuple(decisions)))
+        matching = [(start, pending, ds) for start, pending, ds in outcomes if same(answer, ds)]
+        if not matching:
+            return _unique([ds for _, _, ds in outcomes])
+        admitted = all(d.allowed for d in matching[0][2])
+        for slot in order:
+            pairs = [(start[slot], pending[slot] if admitted else start[slot]) for start, pending, _ in matching]
+            self._keep(slots[slot], slot, pairs, now)
+        return []
 
     def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None, now: int) -> None:
-        """Give back ``cost``; a state left whole is forgotten at once (as every store does:
-        a whole state can still remember a newer window or refill time after the clock
-        stepped back, and forgetting it is what the stores document)."""
         slot = (plan.table, key)
-        state = self.states.get(slot)
-        if state is None:
-            return
-        new = plan.algorithm.refund(plan, state, now, cost, lease_id)
-        _, probe = plan.algorithm.decide(plan, new, now, 0, None, None)
-        self._store(plan, slot, state, None if max(probe.reset_us) <= 0 else new, now)
+        pairs = [
+            (s, None if s is None else plan.algorithm.refund(plan, s, now, cost, lease_id)) for s in self._options(slot)
+        ]
+        self._keep(plan, slot, pairs, now)
 
     def reset(self, plan: Plan, key: str) -> None:
-        slot = (plan.table, key)
-        self.states.pop(slot, None)
-        self.whole_at.pop(slot, None)
+        self.candidates.pop((plan.table, key), None)
 
-    def _store(self, plan: Plan, slot: tuple[str, str], old: Any, new: Any, now: int) -> None:
-        if new is None:
-            self.states.pop(slot, None)
-            self.whole_at.pop(slot, None)
-            return
-        self.states[slot] = new
-        if new != old or slot not in self.whole_at:
-            _, probe = plan.algorithm.decide(plan, new, now, 0, None, None)
-            self.whole_at[slot] = now + max(probe.reset_us)
 
-    def floor(self) -> int:
-        """The earliest time the clock may step back to: a state a store may have dropped
-        (whole by the latest time seen) decides like no state only from its whole time on."""
-        return max((w for w in self.whole_at.values() if w <= self.latest), default=0)
+def same(got: Any, want: Any) -> bool:
+    """Equal field by field, with the same types (a store answering 3.0 for 3 is wrong too)."""
+    return bool(got == want) and _shape(got) == _shape(want)
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    out: list[Any] = []
+    for v in values:
+        if not any(v == o for o in out):
+            out.append(v)
+    return out
 
 
 # --------------------------------------------------------------------------- the session
@@ -405,25 +462,21 @@ class Session:
         self.count += 1
         self.history.append(f"#{self.count} {op!r} at now={self.now}")
         if isinstance(op, Advance):
-            target = self.now + op.us
-            if op.us < 0:
-                target = max(target, self.reference.floor(), 0)
+            target = max(0, self.now + op.us)
             self.now = target
             self.reference.latest = max(self.reference.latest, target)
             self.history[-1] += f" -> now={target}"
         elif isinstance(op, Acquire):
             plan, key = self.rules[op.rule]._plan, self.keys[op.key]
             lease = f"{self.tag}.lease{self.count}" if plan.leases else None
-            want = self.reference.decide(plan, key, op.cost, op.max_wait, lease, self.now, True)
             got = self.call("decide", plan, key, op.cost, op.max_wait, lease, self.now, True)
-            self.compare(op, got, want)
-            if want.lease_id is not None:
-                self.leases.setdefault((op.rule, op.key), []).append(want.lease_id)
+            self.compare(op, got, self.reference.decide(plan, key, op.cost, op.max_wait, lease, self.now, True, got))
+            if got.lease_id is not None:
+                self.leases.setdefault((op.rule, op.key), []).append(got.lease_id)
         elif isinstance(op, Peek):
             plan, key = self.rules[op.rule]._plan, self.keys[op.key]
-            want = self.reference.decide(plan, key, op.cost, None, None, self.now, False)
             got = self.call("decide", plan, key, op.cost, None, None, self.now, False)
-            self.compare(op, got, want)
+            self.compare(op, got, self.reference.decide(plan, key, op.cost, None, None, self.now, False, got))
         elif isinstance(op, Refund):
             plan, key = self.rules[op.rule]._plan, self.keys[op.key]
             self.reference.refund(plan, key, op.cost, None, self.now)
@@ -444,11 +497,10 @@ class Session:
             for n, (i, k, cost) in enumerate(op.items):
                 plan = self.rules[i]._plan
                 items.append((plan, self.keys[k], cost, f"{self.tag}.lease{self.count}.{n}" if plan.leases else None))
-            want_all = self.reference.decide_many(items, self.now)
-            got_all = self.call("decide_many", items, self.now)
-            self.compare(op, tuple(got_all), want_all)
-            if all(d.allowed for d in want_all):
-                for (i, k, _), d in zip(op.items, want_all, strict=True):
+            got_all = tuple(self.call("decide_many", items, self.now))
+            self.compare(op, got_all, self.reference.decide_many(items, self.now, got_all))
+            if all(d.allowed for d in got_all):
+                for (i, k, _), d in zip(op.items, got_all, strict=True):
                     if d.lease_id is not None:
                         self.leases.setdefault((i, k), []).append(d.lease_id)
 
@@ -458,10 +510,12 @@ class Session:
             for k in range(len(self.keys)):
                 self.apply(Peek(i, k, 1))
 
-    def compare(self, op: Op, got: Any, want: Any) -> None:
-        if got == want and _shape(got) == _shape(want):
+    def compare(self, op: Op, got: Any, wanted: list[Any]) -> None:
+        """Fail unless the reference accepted the store's answer (``wanted`` empty)."""
+        if not wanted:
             return
         self.broken = True
+        want = wanted[0]
         if isinstance(op, Batch):
             detail = "\n".join(
                 f"  item {n}:\n{_explain(g, w)}" for n, (g, w) in enumerate(zip(got, want, strict=False)) if g != w
@@ -472,7 +526,10 @@ class Session:
         raise Disagreement(
             f"the store disagrees with the reference at op #{self.count} {op!r}, now={self.now} ({rules}):\n"
             f"{detail}\n  store:     {_raw(got)}\n"
-            f"  reference: {_raw(want)}\n  ops so far:\n    " + "\n    ".join(self.history)
+            f"  reference: {_raw(want)}\n"
+            + "".join(f"  or, had the store forgotten a whole state: {_raw(w)}\n" for w in wanted[1:])
+            + "  ops so far:\n    "
+            + "\n    ".join(self.history)
         )
 
 
