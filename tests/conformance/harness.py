@@ -9,6 +9,7 @@ yet fails its own parameters and nothing else. Async stores run on a private eve
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -72,7 +73,32 @@ class StoreHarness:
 
 
 def open_harness(name: str, cluster_url: Callable[[], str]) -> StoreHarness:
-    """Open the store ``name`` ("redis-async", ...); ``cluster_url`` gives the private cluster."""
+    """Open the store ``name`` ("redis-async", ...) and make one call on it (see ``_warm_up``);
+    ``cluster_url`` gives the private cluster."""
+    harness = _open_harness(name, cluster_url)
+    try:
+        _warm_up(harness)
+    except BaseException:
+        harness.close()
+        raise
+    return harness
+
+
+def _warm_up(harness: StoreHarness) -> None:
+    """One peek before any example: a pool fills itself in a background thread, and
+    psycopg_pool draws from the global ``random`` there (connection expiry jitter), which
+    hypothesis would blame on the strategy that happened to be drawing at that moment."""
+    from ratekeeper.rule import Rule
+
+    harness.call("decide", Rule("conformance-warm-up", ["1/second"])._plan, "warm-up", 1, None, None, None, False)
+    wait = getattr(getattr(harness.store, "pool", None), "wait", None)
+    if wait is not None:  # psycopg_pool: until every min_size connection is open
+        waited = wait()
+        if inspect.isawaitable(waited) and harness.runner is not None:
+            harness.runner.run(waited)
+
+
+def _open_harness(name: str, cluster_url: Callable[[], str]) -> StoreHarness:
     base, is_async = (name[: -len("-async")], True) if name.endswith("-async") else (name, False)
     url, options, cleanup = _open(base, cluster_url)
     if not is_async:
