@@ -177,7 +177,10 @@ class PostgresOptions:
 
     @property
     def statement_timeout_ms(self) -> int:
-        return max(1, round(self.timeout * 1000))
+        """The server's ``statement_timeout``: a little under ``timeout``, so the server
+        cancels a slow statement (and keeps the connection) before the client-side deadline
+        severs it."""
+        return max(1, round(self.timeout * 800))
 
 
 def _sql_file(name: str) -> str:
@@ -205,7 +208,7 @@ def migration_sql(schema: str = "ratekeeper", table: str = "state", unlogged: bo
     body, marker = _template()
     text = body.replace("@schema@", schema).replace("@table@", table)
     text = text.replace("@unlogged@", "UNLOGGED" if unlogged else "")
-    return f"{text}\nCOMMENT ON FUNCTION {schema}.{table}_decide(text[], text[]) IS '{marker}';\n"
+    return f"{text}\nCOMMENT ON FUNCTION {schema}.{table}_decide(text[], text) IS '{marker}';\n"
 
 
 class PostgresCore:
@@ -215,11 +218,12 @@ class PostgresCore:
         self.options = opts = PostgresOptions(url, **options)
         self.timeout = opts.timeout
         self.migrate_timeout = max(60.0, opts.timeout)
-        self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text[])"
+        self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text)"
+        self.decide_one_sql = f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text)"
         self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
         self.installed_sql = "SELECT obj_description(to_regprocedure(%s), 'pg_proc')"
-        self.installed_params = (f"{opts.schema}.{opts.table}_decide(text[],text[])",)
+        self.installed_params = (f"{opts.schema}.{opts.table}_decide(text[],text)",)
         self.marker = _template()[1]
         self.lock_sql = "SELECT pg_advisory_xact_lock(hashtext('ratekeeper.migrate'), hashtext(%s))"
         self.lock_params = (f"{opts.schema}.{opts.table}",)
@@ -242,7 +246,12 @@ class PostgresCore:
         if any(op[3] > MAX_COST for op in ops):
             ops = [(m, p, k, min(c, MAX_COST), w, lease) for m, p, k, c, w, lease in ops]
         keys, args = wire.encode(ops, self.options.prefix, now, atomic)
-        return self.decide_sql, (keys, [str(a) for a in args])
+        if any(op[5] for op in ops):  # lease ids are the only free text: keep their commas apart
+            args = [_escape_lease(a) if isinstance(a, str) and ("," in a or "%" in a) else a for a in args]
+        request = ",".join(map(str, args))
+        if len(keys) == 1:
+            return self.decide_one_sql, (keys[0], request)
+        return self.decide_sql, (keys, request)
 
     @staticmethod
     def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | None]:
@@ -254,6 +263,11 @@ class PostgresCore:
 
     def reset(self, plan: Plan, key: str) -> tuple[str, tuple[Any, ...]]:
         return self.reset_sql, (wire.storage_key(self.options.prefix, plan, key),)
+
+
+def _escape_lease(lease: str) -> str:
+    """A lease id that holds no comma (injective, so releases still match)."""
+    return lease.replace("%", "%25").replace(",", "%2C")
 
 
 W = TypeVar("W")

@@ -1,8 +1,11 @@
 -- ratekeeper: the one function a store call runs, and the bounded sweep of idle rows.
 --
--- @schema@.@table@_decide(keys text[], args text[]) RETURNS bigint[]
---   keys  the storage keys of the call (ratekeeper.stores.wire.storage_key), 1-based
---   args  the request in the wire format (ratekeeper/stores/wire.py):
+-- @schema@.@table@_decide(keys text[], request text) RETURNS bigint[]
+--   keys     the storage keys of the call (ratekeeper.stores.wire.storage_key), 1-based
+--   request  the request's fields in the wire format (ratekeeper/stores/wire.py), joined
+--            by commas (one text parameter is much cheaper for the client to send than an
+--            array; a lease id has its '%' and ',' percent-encoded, the other fields are
+--            numbers and names):
 --           now ("" = this server's clock_timestamp(), else µs), atomic ("1" / "0"),
 --           n_ops, then per op: mode ("d" decide, "p" peek, "r" refund), key index,
 --           algorithm, n_limits, n_limits x spec fields, cost, max_wait ("" = none),
@@ -40,9 +43,10 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION @schema@.@table@_decide(keys text[], args text[]) RETURNS bigint[]
+CREATE OR REPLACE FUNCTION @schema@.@table@_decide(keys text[], request text) RETURNS bigint[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
+    args text[] := string_to_array(request, ',');
     SWEEP_EVERY CONSTANT float8 := 1.0 / 64;  -- the share of calls that also sweep
     SWEEP_ROWS CONSTANT int := 100;           -- at most this many rows per sweep
     GRACE_US CONSTANT bigint := 1000000;      -- rows live this long past their whole time
