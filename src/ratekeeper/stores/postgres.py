@@ -165,12 +165,11 @@ class PostgresStore:
             with self.pool.connection(timeout=core.timeout) as conn:
                 token = self._watchdog.arm(conn, core.migrate_timeout)
                 try:
-                    conn.execute("SET statement_timeout = 0")
                     with conn.transaction():
+                        conn.execute("SET LOCAL statement_timeout = 0")  # the deadline is the watchdog's
                         conn.execute(core.lock_sql, core.lock_params)
                         if not core.is_current(conn.execute(core.installed_sql, core.installed_params).fetchone()):
                             conn.execute(core.migration(), prepare=False)
-                    conn.execute(core.statement_timeout_sql)
                 finally:
                     fired = self._watchdog.disarm(token)
                     if fired:

@@ -112,13 +112,12 @@ class AsyncPostgresStore:
             async with pool.connection(timeout=core.timeout) as conn:
                 watchdog = self._arm(conn, core.migrate_timeout, fired)
                 try:
-                    await conn.execute("SET statement_timeout = 0")
                     async with conn.transaction():
+                        await conn.execute("SET LOCAL statement_timeout = 0")  # the deadline is the watchdog's
                         await conn.execute(core.lock_sql, core.lock_params)
                         cur = await conn.execute(core.installed_sql, core.installed_params)
                         if not core.is_current(await cur.fetchone()):
                             await conn.execute(core.migration(), prepare=False)
-                    await conn.execute(core.statement_timeout_sql)
                 finally:
                     watchdog.cancel()
                     if fired:

@@ -227,7 +227,6 @@ class PostgresCore:
         self.marker = _template()[1]
         self.lock_sql = "SELECT pg_advisory_xact_lock(hashtext('ratekeeper.migrate'), hashtext(%s))"
         self.lock_params = (f"{opts.schema}.{opts.table}",)
-        self.statement_timeout_sql = f"SET statement_timeout = {opts.statement_timeout_ms}"
         self.session_sql = (
             f"SELECT set_config('statement_timeout', '{opts.statement_timeout_ms}', false), "
             f"set_config('synchronous_commit', '{'on' if opts.synchronous_commit else 'off'}', false)"
