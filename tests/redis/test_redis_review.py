@@ -373,3 +373,156 @@ def test_raw_client_sees_the_same_counter(key_prefix: str) -> None:
     assert client.exists(store.core.storage_key(PLAN, "k")) == 1
     client.close()
     store.close()
+
+
+# -- Cluster ----------------------------------------------------------------------------------
+
+
+def _keys_on_distinct_slots(store: Any, plan: Any, count: int) -> list[str]:
+    """``count`` keys whose storage keys live on distinct Cluster nodes' slots."""
+    from redis.crc import key_slot
+
+    keys: list[str] = []
+    ranges: set[int] = set()
+    i = 0
+    while len(keys) < count:
+        key = f"user-{i}"
+        third = key_slot(store.core.storage_key(plan, key).encode()) * 3 // 16384  # 3 masters, even split
+        if third not in ranges:
+            ranges.add(third)
+            keys.append(key)
+        i += 1
+    return keys
+
+
+@pytest.fixture
+def cluster_store(redis_cluster_url: str, key_prefix: str) -> Iterator[RedisStore]:
+    s = RedisStore(redis_cluster_url, prefix=f"{key_prefix}:")
+    yield s
+    s.close()
+
+
+def _poison(store: Any, plan: Any, key: str) -> None:
+    """A value the script cannot read under ``key``'s storage key: that slot's call fails."""
+    store.client.set(store.core.storage_key(plan, key), b"\xc1 not msgpack")
+
+
+def test_cluster_batch_refused_on_one_slot_charges_no_other_slot(cluster_store: RedisStore) -> None:
+    plan = Rule("many", ["3/hour"], algorithm="fixed_window")._plan
+    a, b, c = _keys_on_distinct_slots(cluster_store, plan, 3)
+    assert cluster_store.decide(plan, c, 3, now=EPOCH_US).allowed  # c is spent
+    refused = cluster_store.decide_many([(plan, a, 1, None), (plan, b, 2, None), (plan, c, 1, None)], EPOCH_US)
+    assert [d.allowed for d in refused] == [True, True, False]
+    peeks = [cluster_store.decide(plan, k, 0, now=EPOCH_US, commit=False).remaining for k in (a, b, c)]
+    assert peeks == [3, 3, 0]
+
+
+def test_cluster_batch_with_a_failing_slot_refunds_the_others_and_raises(cluster_store: RedisStore) -> None:
+    """One slot's call fails (its key holds what the script cannot read): the slots that
+    charged are refunded and the caller gets that slot's StoreError (before: the error
+    was raised and the other slots stayed charged)."""
+    plan = Rule("many-fail", ["3/hour"], algorithm="fixed_window")._plan
+    a, b, c = _keys_on_distinct_slots(cluster_store, plan, 3)
+    _poison(cluster_store, plan, c)
+    with pytest.raises(StoreError, match="Redis failed"):
+        cluster_store.decide_many([(plan, a, 1, None), (plan, b, 2, None), (plan, c, 1, None)], EPOCH_US)
+    peeks = [cluster_store.decide(plan, k, 0, now=EPOCH_US, commit=False).remaining for k in (a, b)]
+    assert peeks == [3, 3]
+
+
+def test_cluster_coalesced_calls_fail_only_for_the_slot_that_failed(redis_cluster_url: str, key_prefix: str) -> None:
+    """Ops of several slots share one pipeline; one slot's call fails: only its callers get
+    the error, the others their decisions (before: every caller got the error, though
+    their ops had been charged)."""
+
+    async def run() -> None:
+        store = AsyncRedisStore(redis_cluster_url, prefix=f"{key_prefix}:", max_in_flight=1)
+        a, b, c = _keys_on_distinct_slots(store, PLAN, 3)
+        bad = redis.RedisCluster.from_url(redis_cluster_url.replace("redis+cluster://", "redis://").split(",")[0])
+        bad.set(store.core.storage_key(PLAN, c), b"\xc1 not msgpack")
+        bad.close()
+        results = await asyncio.wait_for(
+            asyncio.gather(*(store.decide(PLAN, k, 1, now=EPOCH_US) for k in (a, b, c, a)), return_exceptions=True),
+            BOUND,
+        )
+        assert [getattr(r, "remaining", r) for r in results][:2] == [999, 999], results
+        assert [getattr(r, "remaining", None) for r in results] == [999, 999, None, 998]
+        assert isinstance(results[2], StoreError)
+        await store.aclose()
+
+    asyncio.run(run())
+
+
+def test_cluster_pipeline_reloads_the_script_on_the_one_node_that_lost_it(
+    redis_cluster: Any, cluster_store: RedisStore
+) -> None:
+    """SCRIPT FLUSH on one master: the pipeline's call to it meets NOSCRIPT, loads the
+    script there and decides; the callers never see it."""
+    plan = Rule("noscript-cluster", ["5/hour"], algorithm="gcra")._plan
+    keys = _keys_on_distinct_slots(cluster_store, plan, 3)
+    assert all(d.allowed for d in cluster_store.decide_many([(plan, k, 1, None) for k in keys], EPOCH_US))
+    flushed = redis.Redis(port=redis_cluster.nodes[1].port)
+    flushed.script_flush()
+    flushed.close()
+    again = cluster_store.decide_many([(plan, k, 1, None) for k in keys], EPOCH_US)
+    assert [d.remaining for d in again] == [3, 3, 3]
+
+
+# -- error translation -------------------------------------------------------------------
+
+
+def test_no_free_connection_is_a_store_timeout_that_names_max_connections(key_prefix: str) -> None:
+    """Every connection of the pool is busy: a caller waits the timeout for one, then gets
+    StoreTimeout saying so (before: "Redis is unreachable", which also counted as an outage)."""
+    store = RedisStore(URL, prefix=f"{key_prefix}:", max_connections=1, batching=False, timeout=0.3)
+    taken = store.client.connection_pool.get_connection()  # the only connection, held here
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreTimeout, match="max_connections") as caught:
+            store.decide(PLAN, "k", 1)
+        assert time.monotonic() - started < 0.3 + 0.4
+        assert isinstance(caught.value.__cause__, redis.ConnectionError)
+    finally:
+        store.client.connection_pool.release(taken)
+    assert store.decide(PLAN, "k", 1).allowed
+    store.close()
+
+
+def test_cluster_client_errors_are_store_errors(key_prefix: str) -> None:
+    """redis-py's Cluster exceptions are not RedisError: they are translated too (before:
+    a RedisClusterException reached the caller, past the failure policy)."""
+    import redis.exceptions as rexc
+
+    from ratekeeper.stores.redis_core import store_errors, translate
+
+    error = rexc.SlotNotCoveredError("slot 42 is not covered")
+    assert isinstance(error, store_errors())
+    assert isinstance(translate(error, "a decision"), StoreError)
+
+
+# -- Sentinel ---------------------------------------------------------------------------------
+
+
+def test_sentinel_call_after_a_timed_out_one_reads_its_own_reply(fresh_sentinel_set: Any, key_prefix: str) -> None:
+    """A read that timed out behind Sentinel drops its connection: the next call never reads
+    the late reply of the call before it as its own (redis-py's sync Sentinel connection
+    kept the connection, and with timeouts no longer retried the next call on it got the
+    stale reply: another key's decision)."""
+    store = RedisStore(fresh_sentinel_set.sentinel_url(), prefix=f"{key_prefix}:", timeout=0.3, batching=False)
+    one = Rule("one-limit", ["7/hour"], algorithm="fixed_window")._plan
+    two = Rule("two-limits", ["3/hour", "50/day"], algorithm="fixed_window")._plan
+    assert store.decide(one, "a", 1, now=EPOCH_US).remaining == 6
+    master = fresh_sentinel_set.master()
+    master.pause()
+    try:
+        with pytest.raises(StoreTimeout):
+            store.decide(one, "a", 1, now=EPOCH_US)
+        pooled = list(store.client.connection_pool._available_connections)
+        # dropped, not kept with a reply to come (the pool's check for unread data only
+        # sees a reply that has arrived by the time of the next checkout: a race)
+        assert pooled and all(c._sock is None for c in pooled)
+    finally:
+        master.resume()
+    decision = store.decide(two, "b", 1, now=EPOCH_US)
+    assert decision.limits[0].remaining == 2 and decision.limits[1].remaining == 49
+    store.close()

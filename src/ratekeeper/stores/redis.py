@@ -59,7 +59,7 @@ class RedisStore(RedisCalls):
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
         if not self.core.batching:
-            return self._run([op], now)[0]
+            return self._run([op], now)[0]  # type: ignore[no-any-return]
         batch = self._batch
         with self._lock:
             if batch.can_send() and not batch.queue:
@@ -69,7 +69,7 @@ class RedisStore(RedisCalls):
                 me = _Waiter()
                 batch.queue.append((op, now, me))
         if me is None:
-            return self._lead([op], now, None)[0]
+            return self._lead([op], now, None)[0]  # type: ignore[no-any-return]
         try:
             woken = me.event.wait(self.core.timeout)
         except BaseException:
@@ -85,7 +85,7 @@ class RedisStore(RedisCalls):
             raise me.error
         return me.result
 
-    def _lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter] | None) -> list[Decision | None]:
+    def _lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter] | None) -> list[Any]:
         """Send one call holding an in-flight slot; give each waiter its result (or the
         error), then pass the slot on. Returns the results (raises for a lone caller)."""
         failure: BaseException | None = None
@@ -104,7 +104,10 @@ class RedisStore(RedisCalls):
         else:
             if waiters is not None:
                 for w, result in zip(waiters, results, strict=True):
-                    w.result = result
+                    if isinstance(result, StoreError):  # its Cluster slot's call failed
+                        w.error = result
+                    else:
+                        w.result = result
             return results
         finally:
             self._finish(failure)
@@ -183,7 +186,11 @@ class RedisStore(RedisCalls):
         self._submit((wire.REFUND, plan, key, cost, None, lease_id), now)
 
     def close(self) -> None:
+        """Close the client (and, behind Sentinel, the connections to the sentinels)."""
         self.client.close()
+        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            sentinel.close()
 
 
 def _interrupted(exc: BaseException) -> StoreError:

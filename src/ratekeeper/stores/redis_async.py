@@ -49,7 +49,7 @@ class AsyncRedisStore(AsyncRedisCalls):
         if loop is not self._loop:
             self._bind(loop)
         if not self.core.batching:
-            return (await self._run([op], now))[0]
+            return (await self._run([op], now))[0]  # type: ignore[no-any-return]
         future: asyncio.Future[Decision | None] = loop.create_future()
         batch = self._batch
         batch.queue.append((op, now, future))
@@ -98,7 +98,10 @@ class AsyncRedisStore(AsyncRedisCalls):
         else:
             for f, result in zip(futures, results, strict=True):
                 if not f.done():
-                    f.set_result(result)
+                    if isinstance(result, StoreError):  # its Cluster slot's call failed
+                        f.set_exception(result)
+                    else:
+                        f.set_result(result)
         finally:
             batch = self._batch
             batch.in_flight -= 1
@@ -133,7 +136,8 @@ class AsyncRedisStore(AsyncRedisCalls):
         await self._submit((wire.REFUND, plan, key, cost, None, lease_id), now)
 
     async def aclose(self) -> None:
-        """Answer every op queued or in flight, then close the client."""
+        """Answer every op queued or in flight, then close the client (and, behind
+        Sentinel, the connections to the sentinels)."""
         while self._tasks or self._batch.queue:
             if self._batch.queue and not self._scheduled:
                 self._flush()
@@ -142,6 +146,9 @@ class AsyncRedisStore(AsyncRedisCalls):
             else:
                 await asyncio.sleep(0)  # a flush is scheduled
         await self.client.aclose()
+        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):  # the connections that found the master
+            await sentinel.aclose()
 
 
 def _interrupted(exc: BaseException) -> StoreError:

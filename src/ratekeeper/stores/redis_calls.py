@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.errors import StoreError
 from ratekeeper.stores import wire
-from ratekeeper.stores.redis_core import Call, RedisCore, translate
+from ratekeeper.stores.redis_core import Call, RedisCore, store_errors, translate
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -26,58 +27,79 @@ class RedisCalls:
     def __init__(self, url: str, **options: Any) -> None:
         self.core = RedisCore(url, **options)
         self.client: Any = self.core.target.sync_client(self.core.timeout, self.core.max_connections)
+        from redis.exceptions import NoScriptError
+
+        self._errors = store_errors()
+        self._noscript = NoScriptError
 
     def _eval(self, call: Call) -> Any:
-        import redis.exceptions as rexc
-
         try:
             try:
                 return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            except rexc.NoScriptError:
+            except self._noscript:
                 self.client.script_load(call.script.source)
                 return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except rexc.RedisError as exc:
+        except self._errors as exc:
             raise translate(exc, "a decision") from exc
 
     def _send(self, calls: Sequence[Call]) -> list[Any]:
+        """One reply per call. Several calls (a Cluster's slots) go in one pipeline, and a
+        call that failed there has its ``StoreError`` in its place: the others stand."""
         if len(calls) == 1:
             return [self._eval(calls[0])]
-        import redis.exceptions as rexc
-
         try:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
-                pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                pipe.execute_command(
+                    "EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args
+                )  # the sync ClusterPipeline blocks .evalsha()
             replies: list[Any] = pipe.execute(raise_on_error=False)
-        except rexc.RedisError as exc:
+        except self._errors as exc:
             raise translate(exc, "a pipeline of decisions") from exc
         for i, reply in enumerate(replies):
-            if isinstance(reply, rexc.NoScriptError):
-                replies[i] = self._eval(calls[i])  # the script did not run: safe to send again
-            elif isinstance(reply, Exception):
-                raise translate(reply, "a decision") from reply
+            if isinstance(reply, self._noscript):
+                try:
+                    replies[i] = self._eval(calls[i])  # the script did not run: safe to send again
+                except StoreError as exc:
+                    replies[i] = exc
+            elif isinstance(reply, BaseException):
+                error = translate(reply, "a decision")
+                error.__cause__ = reply
+                replies[i] = error
         return replies
 
-    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Any]:
+        """Each op's decision (None for a refund), or, on a Cluster, the ``StoreError`` of
+        its slot's call when only some calls failed (raised when they all did)."""
         calls = self.core.calls(ops, now, atomic)
-        return self.core.assemble(len(ops), calls, self._send(calls))
+        results = self.core.assemble(len(ops), calls, self._send(calls))
+        if len(calls) > 1 and all(isinstance(r, StoreError) for r in results):
+            raise results[0]
+        return results
 
     def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
         """All or nothing: one atomic call on one node; on a Cluster one per slot, and the
-        slots that charged are refunded when another refused."""
+        slots that charged are refunded when another refused or failed (then its error is
+        raised)."""
         ops = self.core.many_ops(items)
         calls = self.core.calls(ops, now, atomic=True)
         decisions = self.core.assemble(len(ops), calls, self._send(calls))
-        if len(calls) > 1 and not all(decisions):
+        failed = next((d for d in decisions if isinstance(d, StoreError)), None)
+        if len(calls) > 1 and (failed is not None or not all(decisions)):
             undo = self.core.rollback(calls, decisions)
             if undo:
-                self._run(undo, now)
-        return tuple(d for d in decisions if d is not None)
+                for result in self._run(undo, now):
+                    if isinstance(result, StoreError):
+                        raise StoreError(
+                            f"a batch over several Cluster slots was refused or failed, and undoing "
+                            f"the slots that charged failed too: {result}"
+                        ) from result
+        if failed is not None:
+            raise failed
+        return tuple(decisions)
 
     def reset(self, plan: Plan, key: str) -> None:
-        import redis.exceptions as rexc
-
         try:
             self.client.delete(self.core.storage_key(plan, key))
-        except rexc.RedisError as exc:
+        except self._errors as exc:
             raise translate(exc, "a reset") from exc

@@ -26,10 +26,9 @@ from ratekeeper.stores.redis_url import RedisTarget, parse_redis_url
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
-    from ratekeeper.decision import Decision
     from ratekeeper.stores.base import Item
 
-__all__ = ["Batch", "Call", "RedisCore", "store_down", "translate"]
+__all__ = ["Batch", "Call", "RedisCore", "store_down", "store_errors", "translate"]
 
 W = TypeVar("W")
 
@@ -107,12 +106,17 @@ class RedisCore:
         return calls
 
     @staticmethod
-    def assemble(count: int, calls: Sequence[Call], replies: Sequence[Any]) -> list[Decision | None]:
-        """Each op's decision, in the callers' order, from the calls' replies."""
+    def assemble(count: int, calls: Sequence[Call], replies: Sequence[Any]) -> list[Any]:
+        """Each op's decision (None for a refund), in the callers' order, from the calls'
+        replies; on a Cluster, the ops of a call that failed get its ``StoreError`` instead."""
         if count == 1:
-            return wire.decode(calls[0].ops, replies[0])
-        out: list[Decision | None] = [None] * count
+            return wire.decode(calls[0].ops, replies[0])  # type: ignore[return-value, unused-ignore]
+        out: list[Any] = [None] * count
         for call, reply in zip(calls, replies, strict=True):
+            if isinstance(reply, StoreError):
+                for position in call.positions:
+                    out[position] = reply
+                continue
             for position, decision in zip(call.positions, wire.decode(call.ops, reply), strict=True):
                 out[position] = decision
         return out
@@ -122,12 +126,14 @@ class RedisCore:
         return [(wire.DECIDE, plan, key, cost, None, lease) for plan, key, cost, lease in items]
 
     @staticmethod
-    def rollback(calls: Sequence[Call], decisions: Sequence[Decision | None]) -> list[wire.Op]:
-        """A Cluster batch over several slots was refused somewhere: the refunds that undo
-        the calls that charged (each slot's call is all-or-nothing on its own)."""
+    def rollback(calls: Sequence[Call], decisions: Sequence[Any]) -> list[wire.Op]:
+        """A Cluster batch over several slots was refused somewhere (or a slot's call
+        failed): the refunds that undo the calls that charged (each slot's call is
+        all-or-nothing on its own; a call that failed is not refunded: whether it ran is
+        unknown, and a refund of what was never charged would admit too much)."""
         undo: list[wire.Op] = []
         for call in calls:
-            if all(decisions[i] for i in call.positions):
+            if all(not isinstance(decisions[i], BaseException) and decisions[i] for i in call.positions):
                 undo += [(wire.REFUND, plan, key, cost, None, lease) for _, plan, key, cost, _, lease in call.ops]
         return undo
 
@@ -174,6 +180,11 @@ def translate(exc: BaseException, what: str) -> StoreError:
     """Our exception for a redis-py one (the caller chains it with ``from exc``)."""
     import redis.exceptions as rexc
 
+    if _pool_exhausted(exc):
+        return StoreTimeout(
+            f"no connection to Redis was free for {what}: all max_connections are busy ({exc}); "
+            "raise the store option max_connections, or lower the load"
+        )
     if isinstance(exc, rexc.TimeoutError | TimeoutError):
         return StoreTimeout(f"Redis did not answer {what} in time: {exc}")
     if isinstance(exc, rexc.ConnectionError | OSError):
@@ -181,11 +192,33 @@ def translate(exc: BaseException, what: str) -> StoreError:
     return StoreError(f"Redis failed {what}: {exc}")
 
 
-def store_down(exc: BaseException) -> bool:
-    """Whether ``exc`` says Redis timed out or is unreachable (not that one call was wrong):
-    the calls queued behind the failed one get the same error instead of waiting their turn."""
+def _pool_exhausted(exc: BaseException) -> bool:
+    """redis-py's pools out of connections: ``MaxConnectionsError``, or a blocking pool's
+    "No connection available." after waiting its timeout (a plain ``ConnectionError``)."""
     import redis.exceptions as rexc
 
-    return isinstance(exc, StoreTimeout) or (
-        isinstance(exc, StoreError) and isinstance(exc.__cause__, rexc.ConnectionError | rexc.TimeoutError | OSError)
+    return isinstance(exc, rexc.MaxConnectionsError) or (
+        type(exc) is rexc.ConnectionError and str(exc).startswith("No connection available")
     )
+
+
+def store_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says Redis timed out or is unreachable (not that one call was wrong,
+    nor that this process ran out of connections): the calls queued behind the failed one
+    get the same error instead of waiting their turn."""
+    import redis.exceptions as rexc
+
+    cause = exc.__cause__
+    return (
+        isinstance(exc, StoreError)
+        and isinstance(cause, rexc.ConnectionError | rexc.TimeoutError | OSError)
+        and not _pool_exhausted(cause)
+    )
+
+
+def store_errors() -> tuple[type[BaseException], ...]:
+    """What redis-py raises for a failed call: its ``RedisError`` tree, the Cluster client's
+    ``RedisClusterException`` tree (not a ``RedisError``), and ``OSError``."""
+    import redis.exceptions as rexc
+
+    return (rexc.RedisError, rexc.RedisClusterException, OSError)

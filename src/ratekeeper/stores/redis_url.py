@@ -61,14 +61,24 @@ class RedisTarget:
             from redis.sentinel import Sentinel
 
             auth = {"username": self.username, "password": self.password}
-            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            sentinel = _latest_master(Sentinel, sync=True)(
                 list(self.nodes),
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
                 sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
             )
-            return sentinel.master_for(  # type: ignore[no-untyped-call]
-                self.service, db=self.db, ssl=self.ssl, max_connections=max_connections, **auth, **common
+            from redis.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+
+            return sentinel.master_for(
+                self.service,
+                db=self.db,
+                ssl=self.ssl,
+                max_connections=max_connections,
+                connection_class=_to_current_master(
+                    SentinelManagedSSLConnection if self.ssl else SentinelManagedConnection, sync=True
+                ),
+                **auth,
+                **common,
             )
         from redis.cluster import ClusterNode, RedisCluster
 
@@ -103,17 +113,22 @@ class RedisTarget:
         if self.kind == "sentinel":
             from redis.asyncio.sentinel import Sentinel
 
-            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+            sentinel = _latest_master(Sentinel, sync=False)(
                 list(self.nodes),
                 socket_timeout=timeout,
                 socket_connect_timeout=timeout,
                 sentinel_kwargs={"socket_timeout": timeout, "socket_connect_timeout": timeout},
             )
+            from redis.asyncio.sentinel import SentinelManagedConnection, SentinelManagedSSLConnection
+
             return sentinel.master_for(
                 self.service,
                 db=self.db,
                 ssl=self.ssl,
                 max_connections=max_connections,
+                connection_class=_to_current_master(
+                    SentinelManagedSSLConnection if self.ssl else SentinelManagedConnection, sync=False
+                ),
                 username=self.username,
                 password=self.password,
                 **common,
@@ -130,6 +145,104 @@ class RedisTarget:
             max_connections=max_connections,
             retry=_no_retry(Retry),
         )
+
+
+def _to_current_master(base: Any, sync: bool) -> Any:
+    """``base`` (redis-py's Sentinel-managed connection) asking the sentinels for the
+    master each time it reconnects, and (sync) dropped when a read fails.
+
+    redis-py 7.4 re-resolves the master only in ``connect()``; a connection dropped after
+    "The previous master is now a slave" reconnects from ``send_command`` through
+    ``connect_check_health``, to the host and port it had: the old master, now a replica.
+    Each retry of the call met READONLY there again and the caller saw the failover.
+    """
+    if sync:
+
+        class ToCurrentMaster(base):  # type: ignore[misc]
+            def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+                if self._sock is None and self.connection_pool.is_master:
+                    self.host, self.port = self.connection_pool.get_master_address()
+                super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+            def read_response(
+                self, disable_decoding: bool = False, *, disconnect_on_error: bool = True, push_request: bool = False
+            ) -> Any:
+                # redis-py's sync SentinelManagedConnection defaults disconnect_on_error to
+                # False: a read that timed out left the connection open with the reply still
+                # to come, and the next call on it read that reply as its own.
+                return super().read_response(
+                    disable_decoding=disable_decoding,
+                    disconnect_on_error=disconnect_on_error,
+                    push_request=push_request,
+                )
+
+        return ToCurrentMaster
+
+    class AsyncToCurrentMaster(base):  # type: ignore[misc]
+        async def connect_check_health(self, check_health: bool = True, retry_socket_connect: bool = True) -> None:
+            if not self.is_connected and self.connection_pool.is_master:
+                self.host, self.port = await self.connection_pool.get_master_address()
+            await super().connect_check_health(check_health=check_health, retry_socket_connect=retry_socket_connect)
+
+    return AsyncToCurrentMaster
+
+
+def _newest(answers: list[tuple[int, str, int]], service: str, errors: list[str]) -> tuple[str, int]:
+    if not answers:
+        from redis.sentinel import MasterNotFoundError
+
+        raise MasterNotFoundError(f"No master found for {service!r}" + (f": {', '.join(errors)}" if errors else ""))
+    _, host, port = max(answers, key=lambda answer: answer[0])
+    return host, port
+
+
+def _latest_master(base: Any, sync: bool) -> Any:
+    """``base`` (redis-py's ``Sentinel``, sync or asyncio) asking every sentinel for the
+    master and trusting the one with the newest ``config-epoch``.
+
+    redis-py trusts the first sentinel that answers; after a failover, the sentinels
+    that did not run it learn of it only from the next hello messages (every 2 s), and
+    until then name the old master, now a read-only replica: every retry of a write
+    went back to it, and the caller saw "The previous master is now a slave".
+    """
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    failures = (RedisConnectionError, RedisTimeoutError)
+
+    def pick(self: Any, service: str, masters: Any, answers: list[tuple[int, str, int]]) -> None:
+        state = masters.get(service)
+        if state and self.check_master_state(state, service):
+            host = self._force_master_ip if self._force_master_ip is not None else state["ip"]
+            answers.append((int(state.get("config-epoch", 0)), host, state["port"]))
+
+    if sync:
+
+        class LatestMaster(base):  # type: ignore[misc]
+            def discover_master(self, service_name: str) -> tuple[str, int]:
+                answers: list[tuple[int, str, int]] = []
+                errors: list[str] = []
+                for sentinel in self.sentinels:
+                    try:
+                        pick(self, service_name, sentinel.sentinel_masters(), answers)
+                    except failures as exc:
+                        errors.append(f"{sentinel} - {exc!r}")
+                return _newest(answers, service_name, errors)
+
+        return LatestMaster
+
+    class AsyncLatestMaster(base):  # type: ignore[misc]
+        async def discover_master(self, service_name: str) -> tuple[str, int]:
+            answers: list[tuple[int, str, int]] = []
+            errors: list[str] = []
+            for sentinel in self.sentinels:
+                try:
+                    pick(self, service_name, await sentinel.sentinel_masters(), answers)
+                except failures as exc:
+                    errors.append(f"{sentinel} - {exc!r}")
+            return _newest(answers, service_name, errors)
+
+    return AsyncLatestMaster
 
 
 def _no_retry(retry_class: Any) -> Any:

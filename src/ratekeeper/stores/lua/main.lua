@@ -91,11 +91,16 @@ for _ = 1, n_ops do
   end
 
   if mode == "r" then
-    local new = algo.refund(specs, state, now, cost, lease)
-    if new ~= state then
+    if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
+      local new = algo.refund(specs, state, now, cost, lease)
       local _, _, _, _, _, _, resets = algo.decide(specs, new, now, 0, nil, nil)
-      current[k] = new or NONE
-      whole_in[k] = longest(resets)
+      local us = longest(resets)
+      if us <= 0 then
+        current[k] = NONE
+      else
+        current[k] = new or NONE
+        whole_in[k] = us
+      end
     end
   else
     local new, allowed, denied, retry, delay, remaining, resets = algo.decide(specs, state, now, cost, max_wait, lease)
