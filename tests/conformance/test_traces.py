@@ -32,6 +32,6 @@ def test_store_decides_every_trace_like_the_reference(harness: StoreHarness, alg
     @CONFORMANCE
     @given(traces(None if algorithm == "mixed" else algorithm))
     def check(trace: Trace) -> None:
-        Session(harness.call, trace.rules, trace.keys, trace.start, harness.tag()).run(trace.ops)
+        Session(harness.call, trace.rules, trace.keys, trace.start, harness.tag(), trace.names).run(trace.ops)
 
     check()

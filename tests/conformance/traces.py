@@ -152,10 +152,14 @@ Op = Advance | Acquire | Peek | Refund | Release | Reset | Batch
 
 @dataclass(frozen=True)
 class Trace:
+    """Rules (with ``names[i]`` the name of rule i: rules sharing a name and algorithm are one
+    rule whose limits changed, as a quota changes them), keys, a start and the operations."""
+
     rules: tuple[RuleSpec, ...]
     keys: int
     start: int
     ops: tuple[Op, ...]
+    names: tuple[int, ...] = ()
 
 
 # --------------------------------------------------------------------------- strategies
@@ -256,10 +260,11 @@ def _operations(rules: tuple[RuleSpec, ...], keys: int) -> st.SearchStrategy[Op]
 def traces(draw: st.DrawFn, algorithm: str | None = None, max_ops: int = 30) -> Trace:
     """A trace over one to three rules of ``algorithm`` (mixed algorithms when None)."""
     rules = tuple(draw(rule_specs(algorithm)) for _ in range(draw(st.integers(1, 3))))
+    names = tuple(draw(st.integers(0, 2)) if i else 0 for i in range(len(rules)))
     keys = draw(st.integers(1, 3))
     start = draw(STARTS)
     ops = draw(st.lists(_operations(rules, keys), min_size=1, max_size=max_ops))
-    return Trace(rules, keys, start, tuple(ops))
+    return Trace(rules, keys, start, tuple(ops), names)
 
 
 # --------------------------------------------------------------------------- the reference
@@ -437,12 +442,22 @@ class Session:
 
     ``call`` runs a store method (the thin sync or async shell); ``tag`` makes the rule
     names and keys unique to this session, so sessions sharing a store never meet.
+    ``names[i]`` names rule i (default: its index); rules of one name and algorithm share
+    a key's state when their limits are of the same scale (``Plan.table``).
     """
 
-    def __init__(self, call: Call, rules: tuple[RuleSpec, ...], keys: int, start: int, tag: str) -> None:
+    def __init__(
+        self,
+        call: Call,
+        rules: tuple[RuleSpec, ...],
+        keys: int,
+        start: int,
+        tag: str,
+        names: Sequence[int] = (),
+    ) -> None:
         self.call = call
         self.specs = rules
-        self.rules = tuple(spec.build(f"{tag}.r{i}") for i, spec in enumerate(rules))
+        self.rules = tuple(spec.build(f"{tag}.r{names[i] if i < len(names) else i}") for i, spec in enumerate(rules))
         self.keys = tuple(f"{tag}.k{j}" for j in range(keys))
         self.tag = tag
         self.now = start
@@ -522,7 +537,7 @@ class Session:
             ) or _explain(got, want)
         else:
             detail = _explain(got, want)
-        rules = ", ".join(f"r{i} = {spec!r}" for i, spec in enumerate(self.specs))
+        rules = ", ".join(f"{self.rules[i].name} = {spec!r}" for i, spec in enumerate(self.specs))
         raise Disagreement(
             f"the store disagrees with the reference at op #{self.count} {op!r}, now={self.now} ({rules}):\n"
             f"{detail}\n  store:     {_raw(got)}\n"
