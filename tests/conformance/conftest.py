@@ -16,13 +16,13 @@ from conformance.harness import STORES, StoreHarness, open_harness
 
 @pytest.fixture(scope="module", params=STORES)
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
-    def cluster_url() -> str:
-        # Engineer A's private three-master cluster (tests/server_fixtures.py), started
-        # only when a cluster parameter runs.
-        url: str = request.getfixturevalue("redis_cluster_url")
+    def fixture(name: str) -> str:
+        # The private servers of tests/server_fixtures.py (a three-master cluster, a
+        # Sentinel set), started only when a parameter that needs them runs.
+        url: str = request.getfixturevalue(name)
         return url
 
-    opened = open_harness(request.param, cluster_url)
+    opened = open_harness(request.param, fixture)
     try:
         yield opened
     finally:

@@ -28,6 +28,8 @@ STORES = [
     pytest.param("redis-async", id="redis-async", marks=pytest.mark.redis),
     pytest.param("redis-cluster", id="redis-cluster", marks=pytest.mark.redis),
     pytest.param("redis-cluster-async", id="redis-cluster-async", marks=pytest.mark.redis),
+    pytest.param("redis-sentinel", id="redis-sentinel", marks=pytest.mark.redis),
+    pytest.param("redis-sentinel-async", id="redis-sentinel-async", marks=pytest.mark.redis),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-async", id="postgres-async", marks=pytest.mark.postgres),
 ]
@@ -72,10 +74,10 @@ class StoreHarness:
             self._cleanup()
 
 
-def open_harness(name: str, cluster_url: Callable[[], str]) -> StoreHarness:
+def open_harness(name: str, fixture: Callable[[str], str]) -> StoreHarness:
     """Open the store ``name`` ("redis-async", ...) and make one call on it (see ``_warm_up``);
-    ``cluster_url`` gives the private cluster."""
-    harness = _open_harness(name, cluster_url)
+    ``fixture(name)`` gives the URL of a private server (``redis_cluster_url``, ``sentinel_url``)."""
+    harness = _open_harness(name, fixture)
     try:
         _warm_up(harness)
     except BaseException:
@@ -98,9 +100,9 @@ def _warm_up(harness: StoreHarness) -> None:
             harness.runner.run(waited)
 
 
-def _open_harness(name: str, cluster_url: Callable[[], str]) -> StoreHarness:
+def _open_harness(name: str, fixture: Callable[[str], str]) -> StoreHarness:
     base, is_async = (name[: -len("-async")], True) if name.endswith("-async") else (name, False)
-    url, options, cleanup = _open(base, cluster_url)
+    url, options, cleanup = _open(base, fixture)
     if not is_async:
         from ratekeeper.stores.url import open_store
 
@@ -131,7 +133,7 @@ def _nothing() -> None:
     pass
 
 
-def _open(base: str, cluster_url: Callable[[], str]) -> tuple[str, dict[str, Any], Callable[[], None]]:
+def _open(base: str, fixture: Callable[[str], str]) -> tuple[str, dict[str, Any], Callable[[], None]]:
     """The URL, options and cleanup of one store kind."""
     unique = uuid.uuid4().hex[:12]
     if base == "memory":
@@ -142,7 +144,9 @@ def _open(base: str, cluster_url: Callable[[], str]) -> tuple[str, dict[str, Any
         prefix = f"rk-conformance-{unique}:"
         return REDIS_URL, {"prefix": prefix}, lambda: delete_redis_keys(prefix)
     if base == "redis-cluster":
-        return cluster_url(), {"prefix": f"rk-conformance-{unique}:"}, _nothing  # a private cluster
+        return fixture("redis_cluster_url"), {"prefix": f"rk-conformance-{unique}:"}, _nothing  # private servers
+    if base == "redis-sentinel":
+        return fixture("sentinel_url"), {"prefix": f"rk-conformance-{unique}:"}, _nothing
     if base == "postgres":
         schema = f"rk_conformance_{unique}"
         return POSTGRES_URL, {"schema": schema}, lambda: drop_schema(schema)
