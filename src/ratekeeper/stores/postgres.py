@@ -201,8 +201,8 @@ class PostgresStore:
             return self._run([op], now)[0]
         batch = self._batch
         with self._lock:
-            if batch.can_send() and not batch.queue:
-                batch.in_flight += 1
+            if batch.can_send_now(op):
+                batch.start([op])
                 me = None
             else:
                 me = _Waiter()
@@ -211,7 +211,7 @@ class PostgresStore:
             try:
                 return self._run([op], now)[0]
             finally:
-                self._finish()
+                self._finish([op])
         me.event.wait()
         if me.lead is not None:
             ops, at, waiters = me.lead
@@ -225,7 +225,7 @@ class PostgresStore:
                 for w, result in zip(waiters, results, strict=True):
                     w.result = result
             finally:
-                self._finish()
+                self._finish(ops)
             for w in waiters:
                 if w is not me:
                     w.event.set()
@@ -233,16 +233,19 @@ class PostgresStore:
             raise me.error
         return me.result
 
-    def _finish(self) -> None:
-        """A statement returned: hand the queued ops to the first queued thread, or free the slot."""
+    def _finish(self, ops: Sequence[wire.Op]) -> None:
+        """A statement returned: start the queued ops that may go now, each statement led by
+        its first waiter."""
         with self._lock:
             batch = self._batch
-            if batch.queue:
-                ops, now, waiters = batch.take()
-                waiters[0].lead = (ops, now, waiters)
-                waiters[0].event.set()
-            else:
-                batch.in_flight -= 1
+            batch.finish(ops)
+            leads = []
+            while (nxt := batch.take()) is not None:
+                leads.append(nxt)
+        for lead in leads:
+            first = lead[2][0]
+            first.lead = lead
+            first.event.set()
 
     # -- the Store role ------------------------------------------------------------------
 

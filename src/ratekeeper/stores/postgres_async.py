@@ -151,18 +151,16 @@ class AsyncPostgresStore:
             return (await self._run([op], now))[0]
         future: asyncio.Future[Decision | None] = asyncio.get_running_loop().create_future()
         self._batch.queue.append((op, now, future))
-        if not self._scheduled and self._batch.can_send():
+        if not self._scheduled:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
         return await future
 
     def _flush(self) -> None:
-        """Send what is queued, as far as ``max_in_flight`` allows."""
+        """Send what is queued, as far as ``max_in_flight`` and the busy rows allow."""
         self._scheduled = False
-        batch = self._batch
-        while batch.queue and batch.can_send():
-            ops, now, futures = batch.take()
-            batch.in_flight += 1
+        while (nxt := self._batch.take()) is not None:
+            ops, now, futures = nxt
             task = asyncio.ensure_future(self._call(ops, now, futures))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -181,7 +179,7 @@ class AsyncPostgresStore:
                 if not f.done():
                     f.set_result(result)
         finally:
-            self._batch.in_flight -= 1
+            self._batch.finish(ops)
             if self._batch.queue and not self._scheduled:
                 self._scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)

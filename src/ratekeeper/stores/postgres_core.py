@@ -272,12 +272,20 @@ def _escape_lease(lease: str) -> str:
 W = TypeVar("W")
 
 
-class Batch(Generic[W]):
-    """Ops waiting for a statement while ``max_in_flight`` statements are out (no I/O, no
-    locking: the shells hold their lock or run on one event loop).
+def _row(op: wire.Op) -> tuple[str, str]:
+    """Which row an op decides on (its plan's table and its key)."""
+    return op[1].table, op[2]
 
-    A waiter ``W`` carries its op and its ``now``; a call takes the oldest waiters that
-    share the oldest one's ``now``, at most ``max_batch``, in arrival order.
+
+class Batch(Generic[W]):
+    """Ops waiting for a statement (hot-key coalescing), without I/O or locking: the shells
+    hold their lock or run on one event loop.
+
+    At most ``max_in_flight`` statements are out, and at most one per row: a second
+    statement on a row would only wait for the first one's row lock on the server, so the
+    ops for a busy row queue here instead and go together in the next statement. A
+    statement takes the oldest queued ops whose rows are idle and that share the oldest
+    one's ``now``, at most ``max_batch``; a row's ops keep their arrival order.
     """
 
     def __init__(self, max_in_flight: int, max_batch: int = 256) -> None:
@@ -285,25 +293,60 @@ class Batch(Generic[W]):
         self.in_flight = 0
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
+        self.busy: dict[tuple[str, str], int] = {}
 
-    def can_send(self) -> bool:
-        return self.in_flight < self.max_in_flight
+    def can_send_now(self, op: wire.Op) -> bool:
+        """Whether a new op may go at once, alone (nothing queued, its row idle)."""
+        return self.in_flight < self.max_in_flight and not self.queue and _row(op) not in self.busy
 
-    def take(self) -> tuple[list[wire.Op], int | None, list[W]]:
-        """The next call's ops, their ``now`` and their waiters (the queue must not be empty)."""
-        queue = self.queue
-        now = queue[0][1]
+    def start(self, ops: Sequence[wire.Op]) -> None:
+        """A statement carrying ``ops`` is going out."""
+        self.in_flight += 1
+        busy = self.busy
+        for op in ops:
+            row = _row(op)
+            busy[row] = busy.get(row, 0) + 1
+
+    def finish(self, ops: Sequence[wire.Op]) -> None:
+        """The statement carrying ``ops`` returned (or failed)."""
+        self.in_flight -= 1
+        busy = self.busy
+        for op in ops:
+            row = _row(op)
+            left = busy[row] - 1
+            if left:
+                busy[row] = left
+            else:
+                del busy[row]
+
+    def take(self) -> tuple[list[wire.Op], int | None, list[W]] | None:
+        """The next statement's ops, their ``now`` and their waiters, already started; None
+        when nothing queued may go now."""
+        if self.in_flight >= self.max_in_flight or not self.queue:
+            return None
+        blocked = set(self.busy)
+        now: int | None = None
+        chosen = False
         ops: list[wire.Op] = []
         waiters: list[W] = []
-        kept: list[tuple[wire.Op, int | None, W]] = []
-        while queue and len(ops) < self.max_batch:
-            entry = queue.popleft()
-            if entry[1] == now:
-                ops.append(entry[0])
-                waiters.append(entry[2])
-            else:
+        kept: deque[tuple[wire.Op, int | None, W]] = deque()
+        for entry in self.queue:
+            row = _row(entry[0])
+            if row in blocked:
                 kept.append(entry)
-        queue.extendleft(reversed(kept))
+                continue
+            if not chosen:
+                now, chosen = entry[1], True
+            if entry[1] != now or len(ops) >= self.max_batch:
+                blocked.add(row)  # later ops of this row must not overtake it
+                kept.append(entry)
+                continue
+            ops.append(entry[0])
+            waiters.append(entry[2])
+        if not ops:
+            return None
+        self.queue = kept
+        self.start(ops)
         return ops, now, waiters
 
 
