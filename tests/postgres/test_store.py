@@ -367,3 +367,36 @@ def test_a_row_written_at_a_given_now_expires_a_day_after_the_wall_clock(store: 
     day = 86_400_000_000
     step = 10_000_000
     assert wall_us() + day + 10_000_000 - 5_000_000 <= expires_at <= wall_us() + day + 10_000_000 + 2_000_000 + step
+
+
+def test_concurrent_batches_over_the_same_keys_in_every_order_never_deadlock(pg_url: str) -> None:
+    """Each call locks its rows in one global order inside its statement: batches naming the
+    same keys in opposite orders, single decisions and sweeps interleave without a deadlock."""
+    import itertools
+    import random
+
+    rule = Rule("orders", ["1000000/s"], "fixed_window")
+    keys = ["a", "b", "c", "d"]
+    orders = list(itertools.permutations(keys))
+    errors: list[BaseException] = []
+    with Limiter(pg_url, max_size=8) as limiter:
+        limiter.store.migrate()  # type: ignore[attr-defined]
+
+        def worker(seed: int) -> None:
+            rng = random.Random(seed)
+            try:
+                for _ in range(40):
+                    if rng.random() < 0.8:
+                        assert limiter.try_acquire_many([(rule, k) for k in rng.choice(orders)])
+                    else:
+                        assert limiter.try_acquire(rule, rng.choice(keys))
+                        limiter.store.sweep(10)  # type: ignore[attr-defined]
+            except BaseException as exc:  # noqa: BLE001 - asserted below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert errors == []
