@@ -1,12 +1,14 @@
 """``PostgresStore``: the PostgreSQL store for ``Limiter`` (threads), over ``postgres_core``.
 
-One decision is one statement, ``SELECT <schema>.<table>_decide(keys, args)``: a PL/pgSQL
-function that locks the rows it needs in one order, reads ``clock_timestamp()``, decides
-every op with the algorithm's function and writes back, all inside that statement (no
-lock outlives it, no read-then-write round trips). ``try_acquire_many`` is one statement
-too. Calls from several threads coalesce: while ``max_in_flight`` statements are out,
-further callers queue, and the first of them sends everything queued as one statement
-when one returns. The schema is installed on first use (or by ``ratekeeper migrate``).
+One decision is one statement, ``SELECT <schema>.<table>_decide(keys, request)``: a
+PL/pgSQL function that locks the rows it needs in one order, reads ``clock_timestamp()``,
+decides every op with the algorithm's function and writes back, all inside that statement
+(no lock outlives it, no read-then-write round trips). ``try_acquire_many`` is one
+statement too. Calls from several threads coalesce (``Batch``): at most ``max_in_flight``
+statements are out and at most one per row; the others queue, and the first of them sends
+what may go as one statement when one returns. A watchdog bounds every statement by the
+timeout on the client side too. The schema is installed on first use (or by
+``ratekeeper migrate``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """``AsyncPostgresStore``: the asyncio twin of ``PostgresStore``, over ``postgres_core``.
 
 The same statements, options and decisions as the sync store; psycopg's
-``AsyncConnectionPool`` (opened on first use, inside the running loop). Calls made while
-``max_in_flight`` statements are out queue, and are sent together as one statement.
+``AsyncConnectionPool`` (opened on first use, inside the running loop). Calls coalesce as
+in the sync store (``Batch``: at most ``max_in_flight`` statements, one per row), and a
+``call_later`` deadline severs a statement the server does not answer in time.
 """
 
 from __future__ import annotations
