@@ -26,7 +26,7 @@ DECLARE
     tau bigint;
     nd numeric;
     tat numeric;
-    tats numeric[] := '{}';
+    tats numeric[];
     over numeric;
     w numeric;
     wait numeric := 0;
@@ -34,10 +34,41 @@ DECLARE
     infinite boolean := false;
     allowed boolean;
     ahead numeric;
-    remaining bigint[] := '{}';
-    resets bigint[] := '{}';
+    remaining bigint[];
+    resets bigint[];
 BEGIN
     new_leases := ls;
+    IF cnt = 1 AND NOT refund THEN
+        -- One limit: Gcra.compile_one's steps (proven equal to decide), fewer statements.
+        n := spec[1];
+        d := spec[2];
+        tau := spec[4];
+        nd := now_us::numeric * d;
+        tat := CASE WHEN st IS NULL OR st[1] < nd THEN nd ELSE st[1] END;
+        IF cost > spec[3] THEN
+            ahead := tat - nd;
+            reply := ARRAY[0, 0, -1, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
+            new_state := st;
+            RETURN;
+        END IF;
+        over := tat + cost::numeric * n - nd - tau;
+        IF over <= 0 THEN
+            ahead := over + tau;
+            reply := ARRAY[1, -1, 0, 0, @schema@.rk_fdiv(tau - ahead, n), @schema@.rk_cdiv(ahead, d)];
+            new_state := CASE WHEN cost <> 0 THEN ARRAY[tat + cost::numeric * n] ELSE st END;
+            RETURN;
+        END IF;
+        wait := @schema@.rk_cdiv(over, d);
+        IF max_wait IS NOT NULL AND wait <= max_wait THEN
+            reply := ARRAY[1, -1, 0, wait, 0, @schema@.rk_cdiv(over + tau, d)];
+            new_state := ARRAY[tat + cost::numeric * n];
+            RETURN;
+        END IF;
+        ahead := tat - nd;
+        reply := ARRAY[0, 0, wait, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
+        new_state := st;
+        RETURN;
+    END IF;
     IF refund THEN
         IF st IS NULL THEN
             new_state := NULL;
