@@ -400,3 +400,24 @@ def test_concurrent_batches_over_the_same_keys_in_every_order_never_deadlock(pg_
         for t in threads:
             t.join(60)
     assert errors == []
+
+
+def test_async_statement_past_the_timeout_raises_store_timeout(schema: str) -> None:
+    plan = Rule("slow-async", ["5/s"])._plan
+
+    async def main() -> None:
+        store = AsyncPostgresStore(PG_URL, schema=schema, timeout=0.3)
+        try:
+            await store.decide(plan, "k", 1)
+            with psycopg.connect(PG_URL) as holder:
+                holder.execute(f"SELECT 1 FROM {schema}.state FOR UPDATE")  # holds the row
+                started = time.monotonic()
+                with pytest.raises(StoreTimeout):
+                    await store.decide(plan, "k", 1)
+                assert time.monotonic() - started < 2.0
+                holder.rollback()
+            assert await store.decide(plan, "k", 1)  # and the store works again
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
