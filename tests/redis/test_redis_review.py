@@ -3,7 +3,7 @@ wedges, errors reach every waiter, cancelled callers charge nothing, and the scr
 writes only what the reference would keep.
 
 The store talks to the real Redis; where a test must hold a call in flight, it wraps the
-store's ``_send`` with a gate (the call still goes to Redis once the gate opens). Every
+store's ``_evalsha`` (one script call) with a gate (the call still goes to Redis once the gate opens). Every
 wait here is bounded, so a wedged store fails the test instead of hanging the suite.
 """
 
@@ -41,25 +41,25 @@ class Interrupt(BaseException):
 
 
 class _Gate:
-    """Wraps a sync store's ``_send``: calls block until ``open`` (at most BOUND); counts ops sent."""
+    """Wraps a sync store's ``_evalsha``: calls block until ``open`` (at most BOUND); counts ops sent."""
 
     def __init__(self, store: Any, fail_with: BaseException | None = None) -> None:
         self.opened = threading.Event()
         self.entered = threading.Event()
         self.ops: list[int] = []
         self.fail_with = fail_with
-        send = store._send
+        send = store._evalsha
 
-        def gated(calls: Any) -> Any:
-            self.ops.append(sum(len(c.ops) for c in calls))
+        def gated(script: Any, keys: Any, args: Any) -> Any:
+            self.ops.append(int(args[2]))
             self.entered.set()
             assert self.opened.wait(BOUND), "the gate was never opened"
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return send(calls)
+            return send(script, keys, args)
 
-        store._send = gated
+        store._evalsha = gated
 
 
 def _until(condition: Any, what: str) -> None:
@@ -157,19 +157,19 @@ def test_an_interrupt_in_the_thread_sending_a_call_reaches_the_others_as_a_store
     interrupt, the other threads of the call get a StoreError (not another thread's
     interrupt), and the store keeps working."""
     opened, entered = threading.Event(), threading.Event()
-    send = store._send
+    send = store._evalsha
     calls: list[int] = []
 
-    def scripted(batch: Any) -> Any:
-        calls.append(sum(len(c.ops) for c in batch))
+    def scripted(script: Any, keys: Any, args: Any) -> Any:
+        calls.append(int(args[2]))
         if len(calls) == 1:
             entered.set()
             assert opened.wait(BOUND)
         elif len(calls) == 2:
             raise Interrupt
-        return send(batch)
+        return send(script, keys, args)
 
-    store._send = scripted  # type: ignore[method-assign]
+    store._evalsha = scripted  # type: ignore[method-assign]
     first, first_out = _in_thread(lambda: store.decide(PLAN, "k", 1, now=EPOCH_US))
     assert entered.wait(BOUND)
     waiters = [_in_thread(lambda: store.decide(PLAN, "k", 1, now=EPOCH_US)) for _ in range(3)]
@@ -191,13 +191,13 @@ def test_threads_queued_behind_a_timed_out_call_get_its_error_at_once(redis_serv
     get that StoreTimeout then, instead of each sending a call that waits the timeout again."""
     store = RedisStore(redis_server.url, prefix="rk:", max_in_flight=1, timeout=0.3)
     sent: list[int] = []
-    send = store._send
+    send = store._evalsha
 
-    def counted(calls: Any) -> Any:
-        sent.append(len(calls))
-        return send(calls)
+    def counted(script: Any, keys: Any, args: Any) -> Any:
+        sent.append(1)
+        return send(script, keys, args)
 
-    store._send = counted
+    store._evalsha = counted  # type: ignore[method-assign]
     assert store.decide(PLAN, "k", 1).allowed  # connected
     redis_server.pause()
     try:
@@ -220,23 +220,23 @@ def test_threads_queued_behind_a_timed_out_call_get_its_error_at_once(redis_serv
 
 
 class _AsyncGate:
-    """Wraps an async store's ``_send``: calls wait until ``opened`` is set; counts ops sent."""
+    """Wraps an async store's ``_evalsha``: calls wait until ``opened`` is set; counts ops sent."""
 
     def __init__(self, store: AsyncRedisStore, fail_with: BaseException | None = None) -> None:
         self.opened = asyncio.Event()
         self.ops: list[int] = []
         self.fail_with = fail_with
-        send = store._send
+        send = store._evalsha
 
-        async def gated(calls: Any) -> Any:
-            self.ops.append(sum(len(c.ops) for c in calls))
+        async def gated(script: Any, keys: Any, args: Any) -> Any:
+            self.ops.append(int(args[2]))
             await asyncio.wait_for(self.opened.wait(), BOUND)
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return await send(calls)
+            return await send(script, keys, args)
 
-        store._send = gated  # type: ignore[method-assign]
+        store._evalsha = gated  # type: ignore[method-assign]
 
 
 async def _settle() -> None:
@@ -526,3 +526,38 @@ def test_sentinel_call_after_a_timed_out_one_reads_its_own_reply(fresh_sentinel_
     decision = store.decide(two, "b", 1, now=EPOCH_US)
     assert decision.limits[0].remaining == 2 and decision.limits[1].remaining == 49
     store.close()
+
+
+def test_async_cluster_store_is_usable_again_once_a_dead_node_is_back(key_prefix: str) -> None:
+    """A node dies, calls to it fail, the node comes back: the store decides again.
+    Before, redis-py's asyncio Cluster node kept each connection whose connect failed out
+    of its free list, and after max_connections failures refused every call for good
+    ("Too many connections"), even with the node back."""
+    from server_fixtures import start_or_skip
+    from servers import RedisCluster
+
+    cluster = start_or_skip(RedisCluster)
+    try:
+
+        async def run() -> None:
+            store = AsyncRedisStore(cluster.url, prefix=f"{key_prefix}:", max_connections=2, timeout=0.5)
+            keys = [f"user-{i}" for i in range(30)]
+            assert all(d.allowed for d in await asyncio.gather(*(store.decide(PLAN, k, 1) for k in keys)))
+            cluster.nodes[0].kill()
+            for _ in range(6):  # more failed connects than the node has connections
+                failed = await asyncio.gather(*(store.decide(PLAN, k, 1) for k in keys), return_exceptions=True)
+                assert any(isinstance(r, StoreError) for r in failed)
+            cluster.nodes[0].restart()
+            deadline = time.monotonic() + 30
+            while True:
+                results = await asyncio.gather(*(store.decide(PLAN, k, 1) for k in keys), return_exceptions=True)
+                errors = [r for r in results if isinstance(r, BaseException)]
+                if not errors:
+                    break
+                assert time.monotonic() < deadline, f"still failing: {errors[0]!r}"
+                await asyncio.sleep(0.2)
+            await store.aclose()
+
+        asyncio.run(run())
+    finally:
+        cluster.close()

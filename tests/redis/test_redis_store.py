@@ -113,19 +113,19 @@ def raw() -> Iterator[redis.Redis]:
 
 
 class _Counting:
-    """Counts the calls a store sends (each is one round trip)."""
+    """Counts the script calls a store sends (each is one round trip) and their ops."""
 
     def __init__(self, store: Any) -> None:
         self.calls = 0
         self.ops = 0
-        send = store._send
+        send = store._evalsha
 
-        def counted(calls: Any) -> Any:
-            self.calls += len(calls)
-            self.ops += sum(len(c.ops) for c in calls)
-            return send(calls)
+        def counted(script: Any, keys: Any, args: Any) -> Any:
+            self.calls += 1
+            self.ops += int(args[2])
+            return send(script, keys, args)
 
-        store._send = counted
+        store._evalsha = counted
 
 
 @pytest.mark.redis

@@ -68,8 +68,15 @@ class RedisStore(RedisCalls):
             else:
                 me = _Waiter()
                 batch.queue.append((op, now, me))
-        if me is None:
-            return self._lead([op], now, None)[0]  # type: ignore[no-any-return]
+        if me is None:  # a lone caller: sends at once
+            failure: BaseException | None = None
+            try:
+                return self._run((op,), now)[0]  # type: ignore[no-any-return]
+            except BaseException as exc:
+                failure = exc
+                raise
+            finally:
+                self._finish(failure)
         try:
             woken = me.event.wait(self.core.timeout)
         except BaseException:

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores import wire
-from ratekeeper.stores.redis_core import Call, RedisCore, store_errors, translate
+from ratekeeper.stores.redis_core import Call, RedisCore, reclaim_connections, store_errors, translate
+from ratekeeper.stores.redis_script import Script, script_of
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -31,22 +32,46 @@ class RedisCalls:
 
         self._errors = store_errors()
         self._noscript = NoScriptError
+        self._active = 0  # client calls under way (see _done)
+        self._leaked = False
 
     def _eval(self, call: Call) -> Any:
+        return self._evalsha(call.script, call.keys, call.args)
+
+    def _evalsha(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """One script call, loading the script on NOSCRIPT; redis-py's errors translated."""
+        self._active += 1
         try:
             try:
-                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
             except self._noscript:
-                self.client.script_load(call.script.source)
-                return self.client.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-        except self._errors as exc:
-            raise translate(exc, "a decision") from exc
+                self.client.script_load(script.source)
+                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except BaseException as exc:
+            self._leaked = True
+            if isinstance(exc, self._errors):
+                raise translate(exc, "a decision") from exc
+            raise
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        """A client call ended. After a failure, once no call is under way, give redis-py's
+        asyncio Cluster nodes back the connections it lost: a node whose connect failed (or
+        whose call was cancelled) never returned that connection to its free list, so after
+        ``max_connections`` such failures the node refused every call for good, even once
+        it was back ("Too many connections")."""
+        self._active -= 1
+        if self._leaked and not self._active:
+            self._leaked = False
+            reclaim_connections(self.client)
 
     def _send(self, calls: Sequence[Call]) -> list[Any]:
         """One reply per call. Several calls (a Cluster's slots) go in one pipeline, and a
         call that failed there has its ``StoreError`` in its place: the others stand."""
         if len(calls) == 1:
             return [self._eval(calls[0])]
+        self._active += 1
         try:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
@@ -54,8 +79,13 @@ class RedisCalls:
                     "EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args
                 )  # the sync ClusterPipeline blocks .evalsha()
             replies: list[Any] = pipe.execute(raise_on_error=False)
-        except self._errors as exc:
-            raise translate(exc, "a pipeline of decisions") from exc
+        except BaseException as exc:
+            self._leaked = True
+            if isinstance(exc, self._errors):
+                raise translate(exc, "a pipeline of decisions") from exc
+            raise
+        finally:
+            self._done()
         for i, reply in enumerate(replies):
             if isinstance(reply, self._noscript):
                 try:
@@ -71,6 +101,10 @@ class RedisCalls:
     def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Any]:
         """Each op's decision (None for a refund), or, on a Cluster, the ``StoreError`` of
         its slot's call when only some calls failed (raised when they all did)."""
+        if len(ops) == 1:  # the path of every lone decision: no planning, one call
+            op = ops[0]
+            keys, args = wire.encode_one(op, self.core.prefix, now)
+            return wire.decode(ops, self._evalsha(script_of(op[1].algorithm.name), keys, args))
         calls = self.core.calls(ops, now, atomic)
         results = self.core.assemble(len(ops), calls, self._send(calls))
         if len(calls) > 1 and all(isinstance(r, StoreError) for r in results):

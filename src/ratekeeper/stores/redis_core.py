@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
     from ratekeeper.stores.base import Item
 
-__all__ = ["Batch", "Call", "RedisCore", "store_down", "store_errors", "translate"]
+__all__ = ["Batch", "Call", "RedisCore", "reclaim_connections", "store_down", "store_errors", "translate"]
 
 W = TypeVar("W")
 
@@ -222,3 +222,24 @@ def store_errors() -> tuple[type[BaseException], ...]:
     import redis.exceptions as rexc
 
     return (rexc.RedisError, rexc.RedisClusterException, OSError)
+
+
+def reclaim_connections(client: Any) -> None:
+    """Give each node of a redis-py asyncio Cluster client back the connections it lost.
+
+    Call it only when no call of ``client`` is under way: then a connection of a node that
+    is neither free nor connected was lost (redis-py 7.4's ``ClusterNode.execute_command``
+    and ``execute_pipeline`` do not release a connection whose connect or send raised). Other
+    clients (standalone, Sentinel, the sync Cluster) have no such nodes: nothing happens.
+    """
+    get_nodes = getattr(client, "get_nodes", None)
+    if get_nodes is None:
+        return
+    for node in get_nodes():
+        connections, free = getattr(node, "_connections", None), getattr(node, "_free", None)
+        if connections is None or free is None or len(connections) == len(free):
+            continue
+        free_ids = {id(c) for c in free}
+        # not free and not connected: lost by a failed connect (a connected one may still
+        # be finishing a read for a pipeline that already failed: it returns on its own)
+        connections[:] = [c for c in connections if id(c) in free_ids or getattr(c, "is_connected", True)]
