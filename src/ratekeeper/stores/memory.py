@@ -63,7 +63,8 @@ class _Stripe:
 
     def store(self, key: str, state: Any, now: int) -> None:
         young = self.young
-        self.young_last = now
+        if now > self.young_last:  # the latest write: a clock that stepped back must not age newer states
+            self.young_last = now
         if key in young:
             young[key] = state
             return
@@ -183,7 +184,8 @@ class MemoryStore:
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
                 if new is not state and commit:
                     stripe.young[key] = new
-                    stripe.young_last = now
+                    if now > stripe.young_last:
+                        stripe.young_last = now
                     if max_wait and decision[5]:
                         stripe.reserve(now + max(decision[7]))
             else:
