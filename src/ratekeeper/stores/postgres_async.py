@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ class AsyncPostgresStore:
         self._batch: Batch[asyncio.Future[Decision | None]] = Batch(self.core.options.max_in_flight)
         self._scheduled = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
 
     async def _configure(self, conn: Any) -> None:
         await conn.execute(self.core.session_sql)
@@ -72,6 +74,8 @@ class AsyncPostgresStore:
             async with pool.connection(timeout=self.core.timeout) as conn:
                 watchdog = self._arm(conn, self.core.timeout, fired)
                 try:
+                    if self._ready and conn not in self._warm:
+                        await self._warm_up(conn)
                     cur = await conn.execute(sql, params, binary=True)  # binary replies: far cheaper to read
                     return await cur.fetchone() if cur.description is not None else None
                 finally:
@@ -95,6 +99,16 @@ class AsyncPostgresStore:
             sever(conn)
 
         return asyncio.get_running_loop().call_later(seconds, fire)
+
+    async def _warm_up(self, conn: Any) -> None:
+        """Compile the functions in this new session before it locks any row."""
+        import psycopg
+
+        try:
+            await conn.execute(*self.core.warm_up())
+        except psycopg.errors.UndefinedFunction:
+            return  # not installed yet: the next call warms it
+        self._warm.add(conn)
 
     async def _check_pool(self) -> None:
         """A connection died: replace the idle ones that died with it (a server restart)."""
