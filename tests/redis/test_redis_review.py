@@ -561,3 +561,49 @@ def test_async_cluster_store_is_usable_again_once_a_dead_node_is_back(key_prefix
         asyncio.run(run())
     finally:
         cluster.close()
+
+
+# -- main.lua: batches --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "fixed_window", "sliding_window_log", "concurrency"])
+def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisStore, algorithm: str) -> None:
+    """One script call carrying many ops (what coalescing sends): two rules of the same
+    algorithm and limit count but other values, two keys, decides, peeks and refunds,
+    the clock stepping back. main.lua parses a rule's limits once for consecutive ops of
+    the same rule: a rule that differs only in its values must not be taken for it."""
+    import random
+
+    from refund_reference import refund_as_stores
+
+    rng = random.Random(7)
+    plans = [
+        Rule(f"batch-{algorithm}-a", ["5/3s", "20/minute"], algorithm=algorithm)._plan,
+        Rule(f"batch-{algorithm}-b", ["11/s", "2/100ms"], algorithm=algorithm)._plan,
+    ]
+    states: dict[tuple[int, str], Any] = {}
+    now = 1_750_000_000_123_457
+    leases = 0
+    for _ in range(40):
+        now += rng.choice([0, 17, 100_000, 999_999, -5000])
+        ops: list[Any] = []
+        expected: list[Any] = []
+        for _ in range(rng.choice([2, 5, 12])):
+            plan, key = rng.choice(plans), rng.choice("ab")
+            slot, cost = (plans.index(plan), key), rng.randint(0, 3)
+            leases += 1
+            lease = f"l{leases}" if plan.leases else None
+            if rng.random() < 0.15:
+                if plan.leases:
+                    lease = rng.choice([*(states.get(slot) or ())[0::3], "unknown"])
+                ops.append(("r", plan, key, cost, None, lease))
+                states[slot] = refund_as_stores(plan, states.get(slot), now, cost, lease)
+                expected.append(None)
+                continue
+            mode = "d" if rng.random() < 0.8 else "p"
+            new, decision = plan.decide(states.get(slot), now, cost, None, lease)
+            if mode == "d":
+                states[slot] = new
+            ops.append((mode, plan, key, cost, None, lease))
+            expected.append(decision)
+        assert store._run(ops, now) == expected

@@ -11,29 +11,50 @@
 -- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
 -- remaining x n, reset x n. Each key's state is read once (GET, cmsgpack) and written
 -- once at the end: SET ... PX (the time until it is whole, plus a margin: a state that
--- is whole still tells where the clock was, should it step back), or DEL when the
--- algorithm left no state. Ops on the same key see each other's effects in order.
+-- is whole still tells where the clock was, should it step back; never 0 or less), or
+-- DEL when the algorithm left no state or a refund left it whole (it is forgotten, as
+-- MemoryStore.refund does). Ops on the same key see each other's effects in order.
+--
+-- Cost per call matters (every decision runs this): no table beyond the ones the
+-- algorithms need, the reply filled by index, and a key's state kept in plain arrays
+-- indexed by its KEYS position (false = no state).
+
+local tonumber = tonumber
+local argv = ARGV
+local call = redis.call
 
 local now
 local margin_ms
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
+if argv[1] == "" then
+  local t = call("TIME")
   now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   margin_ms = 1000
 else
-  now = tonumber(ARGV[1])
+  now = tonumber(argv[1])
   margin_ms = 3600000 -- an explicit now (tests) runs on its own time: keep state an hour
 end
-local atomic = ARGV[2] == "1"
-local n_ops = tonumber(ARGV[3])
+local atomic = argv[2] == "1"
+local n_ops = tonumber(argv[3])
 
-local NONE = {} -- "not loaded yet"
-local original = {} -- key index -> state as read
-local current = {} -- key index -> state after the ops so far
+local original = {} -- key index -> state as read (false: none); nil until read
+local current = {} -- key index -> state after the ops so far (false: none)
 local whole_in = {} -- key index -> µs until the written state is whole
 local out = {}
+local no = 0 -- entries in out
 local refused = false
 local pos = 4
+
+local last_specs, last_algo, last_n, last_pos -- the specs parsed for the op before
+
+-- whether argv[a .. a + width - 1] and argv[b .. b + width - 1] are the same strings
+local function same_fields(a, b, width)
+  for i = 0, width - 1 do
+    if argv[a + i] ~= argv[b + i] then
+      return false
+    end
+  end
+  return true
+end
 
 local function longest(resets)
   local m = 0
@@ -46,26 +67,33 @@ local function longest(resets)
 end
 
 for _ = 1, n_ops do
-  local mode = ARGV[pos]
-  local k = tonumber(ARGV[pos + 1])
-  local algo = ALGORITHMS[ARGV[pos + 2]]
+  local mode = argv[pos]
+  local k = tonumber(argv[pos + 1])
+  local algo = ALGORITHMS[argv[pos + 2]]
   if algo == nil then
-    return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(ARGV[pos + 2]))
+    return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos + 2]))
   end
-  local n = tonumber(ARGV[pos + 3])
+  local n = tonumber(argv[pos + 3])
+  local width = n * algo.arity
   pos = pos + 4
-  local specs = {}
-  for i = 1, n do
-    local spec = {}
-    for j = 1, algo.arity do
-      spec[j] = tonumber(ARGV[pos])
-      pos = pos + 1
+  local specs = last_specs
+  if algo ~= last_algo or n ~= last_n or not same_fields(pos, last_pos, width) then
+    specs = {} -- else the op before had the same rule: its specs serve (coalesced calls)
+    local at = pos
+    for i = 1, n do
+      local spec = {}
+      for j = 1, algo.arity do
+        spec[j] = tonumber(argv[at])
+        at = at + 1
+      end
+      specs[i] = spec
     end
-    specs[i] = spec
+    last_specs, last_algo, last_n, last_pos = specs, algo, n, pos
   end
-  local cost = tonumber(ARGV[pos])
-  local max_wait = ARGV[pos + 1]
-  local lease = ARGV[pos + 2]
+  pos = pos + width
+  local cost = tonumber(argv[pos])
+  local max_wait = argv[pos + 1]
+  local lease = argv[pos + 2]
   pos = pos + 3
   if max_wait == "" then
     max_wait = nil
@@ -76,50 +104,48 @@ for _ = 1, n_ops do
     lease = nil
   end
 
-  if original[k] == nil then
-    local raw = redis.call("GET", KEYS[k])
-    if raw then
-      original[k] = cmsgpack.unpack(raw)
-    else
-      original[k] = NONE
-    end
-    current[k] = original[k]
-  end
   local state = current[k]
-  if state == NONE then
-    state = nil
+  if state == nil then
+    local raw = call("GET", KEYS[k])
+    state = raw and cmsgpack.unpack(raw) or false
+    original[k] = state
+    current[k] = state
   end
+  state = state or nil
 
   if mode == "r" then
     if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
       local new = algo.refund(specs, state, now, cost, lease)
       local _, _, _, _, _, _, resets = algo.decide(specs, new, now, 0, nil, nil)
       local us = longest(resets)
-      if us <= 0 then
-        current[k] = NONE
+      if us <= 0 or new == nil then
+        current[k] = false
       else
-        current[k] = new or NONE
+        current[k] = new
         whole_in[k] = us
       end
     end
   else
     local new, allowed, denied, retry, delay, remaining, resets = algo.decide(specs, state, now, cost, max_wait, lease)
-    out[#out + 1] = allowed and 1 or 0
-    out[#out + 1] = denied
-    out[#out + 1] = retry
-    out[#out + 1] = delay
+    out[no + 1] = allowed and 1 or 0
+    out[no + 2] = denied
+    out[no + 3] = retry
+    out[no + 4] = delay
+    no = no + 4
     for i = 1, n do
-      out[#out + 1] = remaining[i]
+      out[no + i] = remaining[i]
     end
+    no = no + n
     for i = 1, n do
-      out[#out + 1] = resets[i]
+      out[no + i] = resets[i]
     end
+    no = no + n
     if mode == "d" then
       if not allowed then
         refused = true -- an atomic call then writes nothing
       end
       if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
-        current[k] = new or NONE
+        current[k] = new or false
         whole_in[k] = longest(resets)
       end
     end
@@ -131,11 +157,10 @@ if atomic and refused then
 end
 for k, state in pairs(current) do
   if state ~= original[k] then
-    local us = whole_in[k]
-    if state == NONE then
-      redis.call("DEL", KEYS[k])
+    if state then
+      call("SET", KEYS[k], cmsgpack.pack(state), "PX", math.ceil(whole_in[k] / 1000) + margin_ms)
     else
-      redis.call("SET", KEYS[k], cmsgpack.pack(state), "PX", math.ceil(us / 1000) + margin_ms)
+      call("DEL", KEYS[k])
     end
   end
 end
