@@ -12,6 +12,9 @@ import random
 
 import pytest
 
+from ratekeeper.limit import Limit
+from ratekeeper.rule import Rule
+from ratekeeper.stores import wire
 from ratekeeper.stores.postgres import PostgresStore
 from ratekeeper.stores.postgres_async import AsyncPostgresStore
 
@@ -46,3 +49,25 @@ def test_async_store_decides_as_the_reference_on_random_traces(pg_url: str, algo
             await store.aclose()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "limit"),
+    [
+        ("gcra", Limit.from_us(999_983, 7_000_001, 3)),  # now * d is far beyond bigint: numeric
+        ("token_bucket", Limit.from_us(999_983, 7_000_001, 3)),
+        ("leaky_bucket", Limit.from_us(999_983, 7_000_001, 3)),
+        ("sliding_window_counter", Limit.from_us(1_000_003, 86_400_000_000)),  # products beyond 2**53
+        ("fixed_window", Limit.from_us(1_000_003, 86_400_000_000)),
+    ],
+)
+def test_store_decides_as_the_reference_with_large_numbers(store: PostgresStore, algorithm: str, limit: Limit) -> None:
+    rng = random.Random(f"large-{algorithm}")
+    plan = Rule(f"large-{algorithm}", [limit], algorithm)._plan
+    model = Model()
+    now = 1_795_000_000_123_456
+    for i in range(150):
+        now += rng.choice((0, 1, 3, 7, 1000, 7_000_001))
+        cost = rng.choice((0, 1, 2, 3, 999_983, 2_000_000))
+        ops: list[wire.Op] = [(wire.DECIDE, plan, "k", cost, rng.choice((None, None, 5)), None)]
+        assert model.run(now, False, ops) == store.decide_ops(ops, now=now), f"call {i} at now={now}: {ops}"
