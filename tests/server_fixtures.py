@@ -10,7 +10,8 @@ breaking it):
 
 One per test, for tests that stop, kill, pause or restart their server:
 
-- ``redis_server``: a ``RedisServer``; ``fresh_sentinel_set``; ``fresh_postgres_server``.
+- ``redis_server``: a ``RedisServer``; ``fresh_redis_cluster`` (to reshard or stop);
+  ``fresh_sentinel_set``; ``fresh_postgres_server``.
 
 A test that uses any of them is marked ``redis`` or ``postgres`` automatically, so the CI
 rule of ``tests/conftest.py`` applies. A missing binary skips the test with the reason,
@@ -30,7 +31,15 @@ from servers import PostgresServer, RedisCluster, RedisServer, SentinelSet, Serv
 T = TypeVar("T")
 
 REDIS_FIXTURES = frozenset(
-    {"redis_server", "redis_cluster", "redis_cluster_url", "sentinel_set", "sentinel_url", "fresh_sentinel_set"}
+    {
+        "redis_server",
+        "redis_cluster",
+        "redis_cluster_url",
+        "fresh_redis_cluster",
+        "sentinel_set",
+        "sentinel_url",
+        "fresh_sentinel_set",
+    }
 )
 POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_url", "fresh_postgres_server"})
 
@@ -73,6 +82,13 @@ def redis_cluster() -> Iterator[RedisCluster]:
 def redis_cluster_url(redis_cluster: RedisCluster) -> str:
     """``redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3`` of the session's cluster."""
     return redis_cluster.url
+
+
+@pytest.fixture
+def fresh_redis_cluster() -> Iterator[RedisCluster]:
+    """A 3-master cluster for this test alone (about two seconds), for tests that move slots or stop nodes."""
+    with start_or_skip(RedisCluster) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

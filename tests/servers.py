@@ -599,6 +599,49 @@ class RedisCluster(_Closable):
                 return node
         raise KeyError(f"no cluster node on port {port}")
 
+    @staticmethod
+    def node_id(node: RedisServer) -> str:
+        with node.client() as conn:
+            return str(conn.execute_command("CLUSTER", "MYID").decode())
+
+    def begin_slot_migration(self, slot: int, target: RedisServer) -> RedisServer:
+        """Mark ``slot`` migrating from its owner to ``target`` and move its keys there (the
+        owner still owns the slot: requests for keys that moved get ``-ASK``); returns the owner."""
+        source = self.node_for_slot(slot)
+        if source.port == target.port:
+            raise ValueError(f"slot {slot} is already served by port {target.port}")
+        with target.client() as dst:
+            dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", self.node_id(source))
+        with source.client() as src:
+            src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", self.node_id(target))
+            while keys := src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                src.execute_command("MIGRATE", HOST, target.port, "", 0, 5000, "KEYS", *keys)
+        return source
+
+    def finish_slot_migration(self, slot: int, target: RedisServer, timeout: float = 10.0) -> None:
+        """Give ``slot`` to ``target`` on every node and wait until every node agrees."""
+        target_id = self.node_id(target)
+        for node in [target, *(n for n in self.nodes if n.port != target.port)]:
+            with node.client() as conn:
+                conn.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+
+        def agreed() -> bool:
+            for node in self.nodes:
+                with node.client() as conn:
+                    shards: Any = conn.execute_command("CLUSTER", "SLOTS")
+                owner = next(int(p[1]) for start, end, p, *_ in shards if int(start) <= slot <= int(end))
+                if owner != target.port:
+                    return False
+            return True
+
+        wait_until(agreed, timeout, f"every node to agree that port {target.port} serves slot {slot}")
+
+    def migrate_slot(self, slot: int, target: RedisServer) -> RedisServer:
+        """Move ``slot`` and its keys to ``target`` (as ``redis-cli --cluster reshard`` does); returns the old owner."""
+        source = self.begin_slot_migration(slot, target)
+        self.finish_slot_migration(slot, target)
+        return source
+
     def client(self) -> redis.RedisCluster:
         """A redis-py ``RedisCluster`` client (the caller closes it)."""
         return redis.RedisCluster(host=HOST, port=self.nodes[0].port, socket_timeout=2.0)

@@ -1,11 +1,15 @@
 """The Redis store on a Redis Cluster (a private 3-master cluster shared by the session):
 decisions are exact on keys served by every master, a batch over several slots is all or
 nothing, and every rule of one key lives in that key's slot, so one call serves them all.
+Resharding (on a cluster of the test's own) moves a key's state with its slot: the limiter
+follows MOVED and ASK redirections and stays exact while the slot moves under load.
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -150,3 +154,120 @@ def test_every_rule_of_one_key_shares_its_slot_and_one_call_decides_them(
     }
     assert limiter.peek(per_minute, key, 0).remaining == 8
     assert limiter.peek(per_hour, key, 0).remaining == 98
+
+
+def keys_in_slot(slot: int, count: int, stem: str) -> list[str]:
+    """``count`` keys whose hash slot (the store's hash tag is the key itself) is ``slot``."""
+    keys: list[str] = []
+    i = 0
+    while len(keys) < count:
+        key = f"{stem}-{i}"
+        if key_slot(key.encode()) == slot:
+            keys.append(key)
+        i += 1
+    return keys
+
+
+def other_node(cluster: RedisCluster, key: str) -> RedisServer:
+    owner = cluster.node_for_slot(key_slot(key.encode()))
+    return next(node for node in cluster.nodes if node.port != owner.port)
+
+
+def test_an_exhausted_key_stays_refused_after_its_slot_moves_to_another_master(
+    fresh_redis_cluster: RedisCluster, key_prefix: str
+) -> None:
+    """Resharding moves the key's state with its slot; the limiter (whose slot map is now
+    stale) follows the MOVED redirection to the new owner and finds the state there."""
+    cluster = fresh_redis_cluster
+    rule = Rule("api", ["5/minute"], algorithm="token_bucket")
+    stored = wire.storage_key(f"{key_prefix}:", rule.plan, "user-1")
+    target = other_node(cluster, "user-1")
+    with Limiter(cluster.url, prefix=f"{key_prefix}:") as limiter:
+        assert [limiter.try_acquire(rule, "user-1", now=EPOCH_US).allowed for _ in range(6)] == [True] * 5 + [False]
+        source = cluster.migrate_slot(key_slot(b"user-1"), target)
+        refused = limiter.try_acquire(rule, "user-1", now=EPOCH_US)
+        assert not refused
+        assert refused.retry_after > 0
+    with target.client() as on_target, source.client() as on_source:
+        assert on_target.exists(stored) == 1
+        assert on_source.execute_command("CLUSTER", "COUNTKEYSINSLOT", key_slot(b"user-1")) == 0
+
+
+def test_while_a_slot_migrates_moved_keys_and_new_keys_are_decided_on_the_importing_master(
+    fresh_redis_cluster: RedisCluster, key_prefix: str
+) -> None:
+    """Mid-migration the old owner still owns the slot but answers ``-ASK`` for keys it no
+    longer holds: an exhausted key that moved stays refused, a new key is charged on the
+    importing master, and nothing is written on the old owner."""
+    cluster = fresh_redis_cluster
+    rule = Rule("api", ["3/minute"], algorithm="sliding_window_log")
+    slot = key_slot(b"user-1")
+    moved, new = "user-1", keys_in_slot(slot, 2, "other")[0]
+    target = other_node(cluster, moved)
+    with Limiter(cluster.url, prefix=f"{key_prefix}:") as limiter:
+        for _ in range(3):
+            assert limiter.try_acquire(rule, moved, now=EPOCH_US)
+        source = cluster.begin_slot_migration(slot, target)
+        try:
+            assert not limiter.try_acquire(rule, moved, now=EPOCH_US)
+            assert [limiter.try_acquire(rule, new, now=EPOCH_US).allowed for _ in range(4)] == [True] * 3 + [False]
+            with source.client() as on_source:
+                assert on_source.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        finally:
+            cluster.finish_slot_migration(slot, target)
+        with target.client() as on_target:
+            assert on_target.exists(wire.storage_key(f"{key_prefix}:", rule.plan, new)) == 1
+
+
+def test_decisions_stay_exact_while_a_slot_moves_under_load(fresh_redis_cluster: RedisCluster, key_prefix: str) -> None:
+    """Four threads hammer four keys of one slot (the clock held still) while the slot
+    moves to another master: no caller sees an error and each key admits exactly its
+    limit, so no state was lost or doubled on the way."""
+    cluster = fresh_redis_cluster
+    rule = Rule("api", ["50/minute"], algorithm="sliding_window_log")
+    slot = key_slot(b"user-1")
+    keys = keys_in_slot(slot, 4, "hot")
+    target = other_node(cluster, keys[0])
+    work = [key for _ in range(200) for key in keys]  # 200 attempts per key, interleaved
+    admitted = dict.fromkeys(keys, 0)
+    errors: list[BaseException] = []
+    done = 0
+    lock = threading.Lock()
+    with Limiter(cluster.url, prefix=f"{key_prefix}:") as limiter:
+
+        def hammer() -> None:
+            nonlocal done
+            while True:
+                with lock:
+                    if not work or errors:
+                        return
+                    key = work.pop()
+                try:
+                    allowed = limiter.try_acquire(rule, key, now=EPOCH_US).allowed
+                except BaseException as exc:  # noqa: BLE001 - the test reports whatever escaped
+                    with lock:
+                        errors.append(exc)
+                    return
+                with lock:
+                    admitted[key] += allowed
+                    done += 1
+
+        threads = [threading.Thread(target=hammer) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        try:
+            deadline = time.monotonic() + 10
+            while done < 60 and not errors and time.monotonic() < deadline:
+                time.sleep(0.001)
+            cluster.migrate_slot(slot, target)
+            with lock:
+                left_after_move = len(work)
+        finally:
+            for thread in threads:
+                thread.join(30)
+    if errors:
+        raise AssertionError(f"the limiter raised {errors[0]!r} to its caller") from errors[0]
+    assert admitted == dict.fromkeys(keys, 50)
+    assert left_after_move > 0  # the slot moved while the load ran
+    with target.client() as on_target:
+        assert on_target.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == len(keys)
