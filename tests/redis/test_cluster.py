@@ -271,3 +271,31 @@ def test_decisions_stay_exact_while_a_slot_moves_under_load(fresh_redis_cluster:
     assert left_after_move > 0  # the slot moved while the load ran
     with target.client() as on_target:
         assert on_target.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == len(keys)
+
+
+def test_async_limiter_follows_ask_then_moved_while_a_slot_moves(
+    fresh_redis_cluster: RedisCluster, key_prefix: str
+) -> None:
+    cluster = fresh_redis_cluster
+    rule = Rule("api", ["2/minute"], algorithm="gcra")
+    slot = key_slot(b"user-1")
+    new = keys_in_slot(slot, 1, "async-other")[0]
+    target = other_node(cluster, "user-1")
+
+    async def main() -> list[bool]:
+        seen: list[bool] = []
+        async with AsyncLimiter(cluster.url, prefix=f"{key_prefix}:") as alim:
+            for _ in range(3):
+                seen.append((await alim.try_acquire(rule, "user-1", now=EPOCH_US)).allowed)
+            await asyncio.to_thread(cluster.begin_slot_migration, slot, target)
+            seen.append((await alim.try_acquire(rule, "user-1", now=EPOCH_US)).allowed)  # ASK
+            seen.append((await alim.try_acquire(rule, new, now=EPOCH_US)).allowed)  # ASK, a new key
+            await asyncio.to_thread(cluster.finish_slot_migration, slot, target)
+            seen.append((await alim.try_acquire(rule, "user-1", now=EPOCH_US)).allowed)  # MOVED
+            seen.append((await alim.try_acquire(rule, new, now=EPOCH_US)).allowed)
+            seen.append((await alim.try_acquire(rule, new, now=EPOCH_US)).allowed)
+        return seen
+
+    assert asyncio.run(main()) == [True, True, False, False, True, False, True, False]
+    with target.client() as on_target:
+        assert on_target.execute_command("CLUSTER", "COUNTKEYSINSLOT", slot) == 2
