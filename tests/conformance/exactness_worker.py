@@ -2,7 +2,8 @@
 
 A process opens its own ``Limiter`` (threads) or ``AsyncLimiter`` (tasks) on the store,
 and for each exact algorithm in turn waits at a barrier shared by every process, then
-hammers ONE key from all its threads or tasks at once, counting the admissions. It puts
+hammers ONE key from all its threads or tasks at once, counting the admissions; then the
+same for a ``try_acquire_many`` of two rules on that key. It puts
 ``("ok", {algorithm: admitted, or the traceback of the error that stopped it})`` on the
 queue, or ``("error", traceback)`` when the process itself failed.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 from ratekeeper import AsyncLimiter, Limiter, Rule
 
-__all__ = ["CASES", "LIMIT", "hammer"]
+__all__ = ["BATCH", "BATCH_LIMIT", "CASES", "LIMIT", "NAMES", "case_rules", "hammer"]
 
 LIMIT = 50
 
@@ -32,6 +33,22 @@ CASES: tuple[tuple[str, str], ...] = (
     ("concurrency", f"{LIMIT}/hour"),
 )
 """Each exact algorithm with a limit that nothing frees during the test."""
+
+BATCH = "try_acquire_many"
+BATCH_LIMIT = 30
+BATCH_RULES: tuple[tuple[str, str], ...] = (("gcra", f"{BATCH_LIMIT}/day"), ("sliding_window_log", f"{LIMIT}/day"))
+"""A batch of two rules on the one key (one hash slot, one row: one atomic call on every
+store): admitted exactly 30 times, and the looser rule charged only by those 30."""
+
+NAMES = (*(algorithm for algorithm, _ in CASES), BATCH)
+
+
+def case_rules(name: str) -> list[Rule]:
+    """The rules one attempt of case ``name`` charges (all of them, or none)."""
+    if name == BATCH:
+        return [Rule(f"exactness-batch-{algorithm}", [limit], algorithm) for algorithm, limit in BATCH_RULES]
+    return [Rule(f"exactness-{name}", [limit], name) for algorithm, limit in CASES if algorithm == name]
+
 
 BARRIER_TIMEOUT = 60.0
 
@@ -57,22 +74,27 @@ def _hammer_threads(
 ) -> dict[str, int | str]:
     admitted: dict[str, int | str] = {}
     with Limiter(url, **options) as limiter:
-        for algorithm, limit in CASES:
-            rule = Rule(f"exactness-{algorithm}", [limit], algorithm)
+        for name in NAMES:
+            rules = case_rules(name)
             counts = [0] * workers
             errors: list[BaseException] = []
             start = threading.Barrier(workers)
 
+            def attempt(rules: list[Rule] = rules) -> bool:
+                if len(rules) == 1:
+                    return bool(limiter.try_acquire(rules[0], key))
+                return bool(limiter.try_acquire_many([(rule, key) for rule in rules]))
+
             def run(
                 i: int,
-                rule: Rule = rule,
+                attempt: Any = attempt,
                 counts: list[int] = counts,
                 start: threading.Barrier = start,
                 errors: list[BaseException] = errors,
             ) -> None:
                 try:
                     start.wait(BARRIER_TIMEOUT)
-                    counts[i] = sum(1 for _ in range(attempts) if limiter.try_acquire(rule, key))
+                    counts[i] = sum(1 for _ in range(attempts) if attempt())
                 except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
                     errors.append(exc)
 
@@ -82,7 +104,7 @@ def _hammer_threads(
                 t.start()
             for t in threads:
                 t.join()
-            admitted[algorithm] = "".join(traceback.format_exception(errors[0])) if errors else sum(counts)
+            admitted[name] = "".join(traceback.format_exception(errors[0])) if errors else sum(counts)
     return admitted
 
 
@@ -91,19 +113,21 @@ async def _hammer_tasks(
 ) -> dict[str, int | str]:
     admitted: dict[str, int | str] = {}
     async with AsyncLimiter(url, **options) as limiter:
-        for algorithm, limit in CASES:
-            rule = Rule(f"exactness-{algorithm}", [limit], algorithm)
+        for name in NAMES:
+            rules = case_rules(name)
 
-            async def run(rule: Rule = rule) -> int:
+            async def run(rules: list[Rule] = rules) -> int:
                 n = 0
                 for _ in range(attempts):
-                    if await limiter.try_acquire(rule, key):
-                        n += 1
+                    if len(rules) == 1:
+                        n += bool(await limiter.try_acquire(rules[0], key))
+                    else:
+                        n += bool(await limiter.try_acquire_many([(rule, key) for rule in rules]))
                 return n
 
             await asyncio.to_thread(barrier.wait, BARRIER_TIMEOUT)
             try:
-                admitted[algorithm] = sum(await asyncio.gather(*(run() for _ in range(workers))))
-            except Exception:  # noqa: BLE001 - reported per algorithm by the parent
-                admitted[algorithm] = traceback.format_exc()
+                admitted[name] = sum(await asyncio.gather(*(run() for _ in range(workers))))
+            except Exception:  # noqa: BLE001 - reported per case by the parent
+                admitted[name] = traceback.format_exc()
     return admitted

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from conformance.exactness_worker import CASES, LIMIT, hammer
+from conformance.exactness_worker import BATCH, BATCH_LIMIT, LIMIT, NAMES, case_rules, hammer
 from conformance.harness import POSTGRES_URL, REDIS_URL, delete_redis_keys, drop_schema
+from ratekeeper import Limiter, Rule
 
 PROCESSES = 8
 WORKERS = 4
@@ -65,8 +66,6 @@ def _nothing() -> None:
 def _create_schema(url: str, options: dict[str, Any]) -> None:
     """Create the store's schema before the processes start (as ``ratekeeper migrate`` would),
     so the test measures decisions, not eight processes racing to create one schema."""
-    from ratekeeper import Limiter, Rule
-
     with Limiter(url, **options) as limiter:
         limiter.peek(Rule("exactness-setup", ["1/second"]), "setup")
 
@@ -76,7 +75,9 @@ def test_every_exact_algorithm_admits_exactly_its_limit_across_processes(
     server: tuple[str, dict[str, Any]], mode: str
 ) -> None:
     """8 processes x 4 threads (or tasks) x 8 attempts on one key: exactly 50 admitted for
-    each of fixed window, sliding log, token bucket, GCRA, leaky bucket and concurrency."""
+    each of fixed window, sliding log, token bucket, GCRA, leaky bucket and concurrency, and
+    a batch of a 30/day and a 50/day rule admitted exactly 30 times (the 50/day rule charged
+    by those 30 only)."""
     url, options = server
     window = time.time_ns() // 1000 // FIXED_WINDOW_US
     context = multiprocessing.get_context("spawn")
@@ -108,11 +109,11 @@ def test_every_exact_algorithm_admits_exactly_its_limit_across_processes(
     failed = {
         algorithm: detail for _, counts in reports for algorithm, detail in counts.items() if isinstance(detail, str)
     }
-    totals = {
-        algorithm: "error" if algorithm in failed else sum(counts[algorithm] for _, counts in reports)
-        for algorithm, _ in CASES
-    }
+    totals = {name: "error" if name in failed else sum(counts[name] for _, counts in reports) for name in NAMES}
     assert PROCESSES * WORKERS * ATTEMPTS > LIMIT  # demand exceeds the limit
-    assert totals == {algorithm: LIMIT for algorithm, _ in CASES}, f"admitted: {totals}\n" + "\n".join(
-        f"{algorithm} failed in a process:\n{detail}" for algorithm, detail in failed.items()
+    expected = {name: BATCH_LIMIT if name == BATCH else LIMIT for name in NAMES}
+    assert totals == expected, f"admitted: {totals}\n" + "\n".join(
+        f"{name} failed in a process:\n{detail}" for name, detail in failed.items()
     )
+    with Limiter(url, **options) as limiter:  # the refused batches charged nothing
+        assert limiter.peek(case_rules(BATCH)[1], f"hot-{mode}", 0).remaining == LIMIT - BATCH_LIMIT
