@@ -50,14 +50,14 @@ class _Gate:
         self.fail_with = fail_with
         send = store._evalsha
 
-        def gated(script: Any, keys: Any, args: Any) -> Any:
+        def gated(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
             self.ops.append(int(args[2]))
             self.entered.set()
             assert self.opened.wait(BOUND), "the gate was never opened"
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return send(script, keys, args)
+            return send(script, keys, args, client)
 
         store._evalsha = gated
 
@@ -160,14 +160,14 @@ def test_an_interrupt_in_the_thread_sending_a_call_reaches_the_others_as_a_store
     send = store._evalsha
     calls: list[int] = []
 
-    def scripted(script: Any, keys: Any, args: Any) -> Any:
+    def scripted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
         calls.append(int(args[2]))
         if len(calls) == 1:
             entered.set()
             assert opened.wait(BOUND)
         elif len(calls) == 2:
             raise Interrupt
-        return send(script, keys, args)
+        return send(script, keys, args, client)
 
     store._evalsha = scripted  # type: ignore[method-assign]
     first, first_out = _in_thread(lambda: store.decide(PLAN, "k", 1, now=EPOCH_US))
@@ -193,9 +193,9 @@ def test_threads_queued_behind_a_timed_out_call_get_its_error_at_once(redis_serv
     sent: list[int] = []
     send = store._evalsha
 
-    def counted(script: Any, keys: Any, args: Any) -> Any:
+    def counted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
         sent.append(1)
-        return send(script, keys, args)
+        return send(script, keys, args, client)
 
     store._evalsha = counted  # type: ignore[method-assign]
     assert store.decide(PLAN, "k", 1).allowed  # connected
@@ -228,13 +228,13 @@ class _AsyncGate:
         self.fail_with = fail_with
         send = store._evalsha
 
-        async def gated(script: Any, keys: Any, args: Any) -> Any:
+        async def gated(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
             self.ops.append(int(args[2]))
             await asyncio.wait_for(self.opened.wait(), BOUND)
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return await send(script, keys, args)
+            return await send(script, keys, args, client)
 
         store._evalsha = gated  # type: ignore[method-assign]
 

@@ -120,10 +120,10 @@ class _Counting:
         self.ops = 0
         send = store._evalsha
 
-        def counted(script: Any, keys: Any, args: Any) -> Any:
+        def counted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
             self.calls += 1
             self.ops += int(args[2])
-            return send(script, keys, args)
+            return send(script, keys, args, client)
 
         store._evalsha = counted
 

@@ -35,18 +35,20 @@ class RedisCalls:
         self._active = 0  # client calls under way (see _done)
         self._leaked = False
 
-    def _eval(self, call: Call) -> Any:
-        return self._evalsha(call.script, call.keys, call.args)
+    def _eval(self, call: Call, client: Any = None) -> Any:
+        return self._evalsha(call.script, call.keys, call.args, client)
 
-    def _evalsha(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """One script call, loading the script on NOSCRIPT; redis-py's errors translated."""
+    def _evalsha(self, script: Script, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        """One script call (on ``client``, else the store's client), loading the script on
+        NOSCRIPT; redis-py's errors translated."""
+        c = self.client if client is None else client
         self._active += 1
         try:
             try:
-                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                return c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
             except self._noscript:
-                self.client.script_load(script.source)
-                return self.client.evalsha(script.sha, len(keys), *keys, *args)
+                c.script_load(script.source)
+                return c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         except BaseException as exc:
             self._leaked = True
             if isinstance(exc, self._errors):
@@ -66,11 +68,11 @@ class RedisCalls:
             self._leaked = False
             reclaim_connections(self.client)
 
-    def _send(self, calls: Sequence[Call]) -> list[Any]:
+    def _send(self, calls: Sequence[Call], client: Any = None) -> list[Any]:
         """One reply per call. Several calls (a Cluster's slots) go in one pipeline, and a
         call that failed there has its ``StoreError`` in its place: the others stand."""
         if len(calls) == 1:
-            return [self._eval(calls[0])]
+            return [self._eval(calls[0], client)]
         self._active += 1
         try:
             pipe = self.client.pipeline(transaction=False)
@@ -98,15 +100,15 @@ class RedisCalls:
                 replies[i] = error
         return replies
 
-    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Any]:
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False, client: Any = None) -> list[Any]:
         """Each op's decision (None for a refund), or, on a Cluster, the ``StoreError`` of
         its slot's call when only some calls failed (raised when they all did)."""
         if len(ops) == 1:  # the path of every lone decision: no planning, one call
             op = ops[0]
             keys, args = wire.encode_one(op, self.core.prefix, now)
-            return wire.decode(ops, self._evalsha(script_of(op[1].algorithm.name), keys, args))
+            return wire.decode(ops, self._evalsha(script_of(op[1].algorithm.name), keys, args, client))
         calls = self.core.calls(ops, now, atomic)
-        results = self.core.assemble(len(ops), calls, self._send(calls))
+        results = self.core.assemble(len(ops), calls, self._send(calls, client))
         if len(calls) > 1 and all(isinstance(r, StoreError) for r in results):
             raise results[0]
         return results
