@@ -11,7 +11,17 @@ import psycopg
 import pytest
 import redis
 
-from servers import PostgresServer, RedisCluster, RedisServer, SentinelSet, ServerError
+from server_fixtures import start_or_skip
+from servers import (
+    PostgresServer,
+    RedisCluster,
+    RedisServer,
+    SentinelSet,
+    ServerError,
+    ServerUnavailable,
+    require_binary,
+    wait_until,
+)
 
 
 def test_redis_server_restarts_on_the_same_port_empty(redis_server: RedisServer) -> None:
@@ -158,8 +168,6 @@ def test_bad_stop_mode_is_refused_with_the_accepted_ones(fresh_postgres_server: 
 
 
 def test_wait_until_gives_up_with_what_it_waited_for() -> None:
-    from servers import wait_until
-
     with pytest.raises(ServerError, match="the impossible"):
         wait_until(lambda: False, 0.05, "the impossible")
 
@@ -174,3 +182,24 @@ def test_paused_postgres_server_answers_nothing_until_resumed(fresh_postgres_ser
         finally:
             server.resume()
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def _no_binary() -> RedisServer:
+    raise ServerUnavailable("redis-server is not on PATH (install it: apt-get install redis-server)")
+
+
+def test_a_missing_binary_skips_the_test_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RATEKEEPER_REQUIRE_SERVICES", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="redis-server is not on PATH"):
+        start_or_skip(_no_binary)
+
+
+def test_a_missing_binary_fails_the_test_when_services_are_required(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RATEKEEPER_REQUIRE_SERVICES", "1")
+    with pytest.raises(pytest.fail.Exception, match="RATEKEEPER_REQUIRE_SERVICES=1 forbids skipping"):
+        start_or_skip(_no_binary)
+
+
+def test_require_binary_names_what_is_missing_and_how_to_install_it() -> None:
+    with pytest.raises(ServerUnavailable, match="no-such-server-binary is not on PATH"):
+        require_binary("no-such-server-binary")
