@@ -607,3 +607,22 @@ def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisSto
             ops.append((mode, plan, key, cost, None, lease))
             expected.append(decision)
         assert store._run(ops, now) == expected
+
+
+def test_async_connections_pack_with_hiredis_and_keep_redis_py_rules(redis_server: RedisServer) -> None:
+    """The asyncio store's connections pack commands with hiredis (redis-py's asyncio
+    packer cost 45 % of a coalesced call): a command name with a space ("SCRIPT LOAD", on
+    NOSCRIPT) still splits, and an argument it cannot send is redis-py's DataError."""
+
+    async def run() -> None:
+        store = AsyncRedisStore(redis_server.url, prefix="rk:")
+        connection = store.client.connection_pool.connection_class(host="127.0.0.1", port=redis_server.port)
+        packed = b"".join(connection.pack_command("SCRIPT LOAD", "return 1"))
+        assert packed == b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\nreturn 1\r\n"
+        with pytest.raises(redis.DataError):
+            connection.pack_command("SET", "k", object())
+        await store.client.script_flush()  # a private server: the next call meets NOSCRIPT, loads the script
+        assert (await store.decide(PLAN, "k", 1, now=EPOCH_US)).remaining == 999
+        await store.aclose()
+
+    asyncio.run(run())

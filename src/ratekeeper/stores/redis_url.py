@@ -109,6 +109,7 @@ class RedisTarget:
             apool = aredis.BlockingConnectionPool.from_url(
                 self.url, max_connections=max_connections, timeout=timeout, **common
             )
+            apool.connection_class = _hiredis_packing(apool.connection_class)
             return aredis.Redis.from_pool(apool)  # closing the client closes the pool
         if self.kind == "sentinel":
             from redis.asyncio.sentinel import Sentinel
@@ -126,17 +127,21 @@ class RedisTarget:
                 db=self.db,
                 ssl=self.ssl,
                 max_connections=max_connections,
-                connection_class=_to_current_master(
-                    SentinelManagedSSLConnection if self.ssl else SentinelManagedConnection, sync=False
+                connection_class=_hiredis_packing(
+                    _to_current_master(
+                        SentinelManagedSSLConnection if self.ssl else SentinelManagedConnection, sync=False
+                    )
                 ),
                 username=self.username,
                 password=self.password,
                 **common,
             )
         from redis.asyncio.cluster import ClusterNode, RedisCluster
+        from redis.asyncio.connection import Connection, SSLConnection
 
-        return RedisCluster(
-            startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],
+        packing = _hiredis_packing(SSLConnection if self.ssl else Connection)
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(h, p, connection_class=packing) for h, p in self.nodes],
             username=self.username,
             password=self.password,
             ssl=self.ssl,
@@ -145,6 +150,41 @@ class RedisTarget:
             max_connections=max_connections,
             retry=_no_retry(Retry),
         )
+        cluster.nodes_manager.connection_kwargs["connection_class"] = packing  # the nodes it discovers
+        return cluster
+
+
+def _hiredis_packing(base: Any) -> Any:
+    """``base`` (a redis-py asyncio connection class) packing commands with hiredis.
+
+    redis-py's asyncio connections pack in Python, joining the growing buffer once per
+    argument: a coalesced call of 50 decisions (about 600 arguments) took 2.7 ms to pack,
+    45 % of the whole asyncio path. The blocking client already packs with hiredis
+    (``HiredisRespSerializer``); this does the same, with the same rules (a command name
+    with a space is split; an argument hiredis cannot pack is redis-py's ``DataError``).
+    Without hiredis, ``base`` as it is.
+    """
+    try:
+        import hiredis
+    except ImportError:  # pragma: no cover - the redis extra installs it
+        return base
+    from redis.exceptions import DataError
+
+    pack = hiredis.pack_command
+
+    class HiredisPacking(base):  # type: ignore[misc]
+        def pack_command(self, *args: Any) -> list[bytes]:
+            if isinstance(args[0], str):
+                args = (*args[0].encode().split(), *args[1:])
+            elif b" " in args[0]:
+                args = (*args[0].split(), *args[1:])
+            try:
+                return [pack(args)]
+            except TypeError as exc:
+                raise DataError(str(exc)) from exc
+
+    HiredisPacking.__name__ = HiredisPacking.__qualname__ = f"HiredisPacking{base.__name__}"
+    return HiredisPacking
 
 
 def _to_current_master(base: Any, sync: bool) -> Any:
