@@ -626,3 +626,18 @@ def test_async_connections_pack_with_hiredis_and_keep_redis_py_rules(redis_serve
         await store.aclose()
 
     asyncio.run(run())
+
+
+def test_lanes_never_take_the_last_connection_of_the_pool(key_prefix: str) -> None:
+    """Threads holding an in-flight slot send on connections of their own (lanes); with
+    as few connections as slots there are no lanes, so try_acquire_many and reset still
+    find a connection in the pool."""
+    store = RedisStore(URL, prefix=f"{key_prefix}:", max_connections=1, max_in_flight=1, timeout=0.3)
+    assert store.decide(PLAN, "k", 1, now=EPOCH_US).allowed
+    assert store.decide_many([(PLAN, "k", 1, None)], EPOCH_US)[0].allowed
+    store.reset(PLAN, "k")
+    store.close()
+    laned = RedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
+    assert laned.decide(PLAN, "k", 1, now=EPOCH_US).allowed
+    assert len(laned._lanes) == 1  # the lane is idle again, for the next slot holder
+    laned.close()

@@ -57,7 +57,9 @@ class RedisStore(RedisCalls):
         super().__init__(url, **options)
         self._lock = threading.Lock()
         self._lanes: list[Any] = []  # idle single-connection clients (see _on_lane)
-        self._laned = not self.core.cluster
+        # lanes hold connections of the pool for good: leave at least one to the calls
+        # that do not hold a slot (decide_many, reset, batching off)
+        self._laned = not self.core.cluster and self.core.max_connections > self.core.max_in_flight
         self._batch: Batch[_Waiter] = Batch(self.core.max_in_flight, self.core.max_batch)
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
