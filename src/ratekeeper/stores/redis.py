@@ -97,35 +97,29 @@ class RedisStore(RedisCalls):
             raise me.error
         return me.result
 
-    def _lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter] | None) -> list[Any]:
-        """Send one call holding an in-flight slot; give each waiter its result (or the
-        error), then pass the slot on. Returns the results (raises for a lone caller)."""
+    def _lead(self, ops: list[wire.Op], now: int | None, waiters: list[_Waiter]) -> None:
+        """Send one call holding an in-flight slot; give each waiter (this thread's among
+        them) its result or the error, then pass the slot on."""
         failure: BaseException | None = None
         try:
             results = self._on_lane(ops, now)
         except BaseException as exc:
             failure = exc
-            if waiters is None:
-                raise
             shared = exc if isinstance(exc, Exception) else _interrupted(exc)
             for w in waiters:
                 w.error = shared
             if not isinstance(exc, Exception):  # this thread's own interrupt: raised here
                 raise
-            return []
         else:
-            if waiters is not None:
-                for w, result in zip(waiters, results, strict=True):
-                    if isinstance(result, StoreError):  # its Cluster slot's call failed
-                        w.error = result
-                    else:
-                        w.result = result
-            return results
+            for w, result in zip(waiters, results, strict=True):
+                if isinstance(result, StoreError):  # its Cluster slot's call failed
+                    w.error = result
+                else:
+                    w.result = result
         finally:
             self._finish(failure)
-            if waiters is not None:
-                for w in waiters:
-                    w.event.set()
+            for w in waiters:
+                w.event.set()
 
     def _finish(self, failure: BaseException | None) -> None:
         """A call returned: when Redis timed out or is unreachable, every queued thread gets
