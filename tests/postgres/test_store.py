@@ -240,9 +240,9 @@ def test_try_acquire_many_is_one_statement_and_all_or_nothing(pg_url: str) -> No
         statements: list[str] = []
         execute = limiter.store._execute  # type: ignore[attr-defined]
 
-        def counting(sql: str, params: object, what: str) -> object:
+        def counting(sql: str, params: object, what: str, *rest: object) -> object:
             statements.append(sql)
-            return execute(sql, params, what)
+            return execute(sql, params, what, *rest)
 
         limiter.store._execute = counting  # type: ignore[attr-defined]
         assert limiter.try_acquire_many([(per_user, "u1"), (per_ip, "10.0.0.1")])
@@ -261,11 +261,11 @@ def test_concurrent_calls_coalesce_into_fewer_statements_with_serial_decisions(p
         execute = limiter.store._execute  # type: ignore[attr-defined]
         lock = threading.Lock()
 
-        def counting(sql: str, params: object, what: str) -> object:
+        def counting(sql: str, params: object, what: str, *rest: object) -> object:
             nonlocal statements
             with lock:
                 statements += 1
-            return execute(sql, params, what)
+            return execute(sql, params, what, *rest)
 
         limiter.store._execute = counting  # type: ignore[attr-defined]
         results: list[bool] = []

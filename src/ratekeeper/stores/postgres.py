@@ -135,9 +135,18 @@ class PostgresStore:
 
     # -- executing statements ------------------------------------------------------------
 
-    def _execute(self, sql: str, params: Sequence[Any], what: str, deadline: float | None = None) -> Any:
+    def _execute(
+        self,
+        sql: str,
+        params: Sequence[Any],
+        what: str,
+        deadline: float | None = None,
+        prepared: tuple[bytes, bytes] | None = None,
+    ) -> Any:
         """One statement on a pooled connection, its reply's first row; no longer than the
-        timeout (waiting for a connection, then for the reply) plus a watchdog tick."""
+        timeout (waiting for a connection, then for the reply) plus a watchdog tick. A
+        ``prepared`` statement (``PostgresCore.prepared``, text parameters) goes through
+        libpq directly once the connection has it."""
         import psycopg
         import psycopg_pool
 
@@ -149,6 +158,8 @@ class PostgresStore:
                 try:
                     if self._ready and conn not in self._warm:
                         self._warm_up(conn)
+                    if prepared is not None and conn in self._warm:
+                        return self._exec_prepared(conn, prepared[0], params)
                     cur = conn.execute(sql, params, binary=True)  # binary replies: far cheaper to read
                     return cur.fetchone() if cur.description is not None else None
                 finally:
@@ -162,14 +173,36 @@ class PostgresStore:
                 self._check_pool()
             raise translate(exc, what) from exc
 
-    def _warm_up(self, conn: Any) -> None:
-        """Compile the functions in this new session before it locks any row."""
+    def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
+        """Run the prepared statement ``name`` in one libpq call (the GIL released while it
+        waits), its text reply read as ``PostgresCore.text_reply``."""
         import psycopg
+        from psycopg import pq
+
+        pgconn = conn.pgconn
+        encoding = conn.info.encoding
+        res = pgconn.exec_prepared(name, [p.encode(encoding) for p in params])
+        if res.status != pq.ExecStatus.TUPLES_OK:
+            if pgconn.status == pq.ConnStatus.BAD:
+                raise psycopg.OperationalError(pgconn.get_error_message(encoding) or "the connection was lost")
+            raise psycopg.errors.error_from_result(res, encoding)
+        return self.core.text_reply(res.get_value(0, 0))
+
+    def _warm_up(self, conn: Any) -> None:
+        """Compile the functions in this new session before it locks any row, and prepare
+        the statements of one key (``PostgresCore.prepared``) on it."""
+        import psycopg
+        from psycopg import pq
 
         try:
             conn.execute(*self.core.warm_up())
         except psycopg.errors.UndefinedFunction:
             return  # not installed yet: the next call warms it
+        pgconn = conn.pgconn
+        for name, text in self.core.prepared.values():
+            res = pgconn.prepare(name, text)
+            if res.status != pq.ExecStatus.COMMAND_OK and res.error_field(pq.DiagnosticField.SQLSTATE) != b"42P05":
+                raise psycopg.errors.error_from_result(res, conn.info.encoding)  # 42P05: already prepared
         self._warm.add(conn)
 
     def _check_pool(self) -> None:
@@ -218,7 +251,7 @@ class PostgresStore:
         if not self._ready:
             self._ensure()
         sql, params = self.core.call(ops, now, atomic)
-        return self.core.decode(ops, self._execute(sql, params, "a decision"))
+        return self.core.decode(ops, self._execute(sql, params, "a decision", None, self.core.prepared.get(sql)))
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
         if not self.core.options.batching:

@@ -220,6 +220,14 @@ class PostgresCore:
         self.migrate_timeout = max(60.0, opts.timeout)
         self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text)"
         self.decide_one_sql = f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text)"
+        self.gcra_one_sql = f"SELECT {opts.schema}.{opts.table}_gcra1(%s::text, %s::text)"
+        # The statements of one key, prepared by name on each connection: the sync shell runs
+        # them through libpq directly (PQexecPrepared, text in and out), a third of the
+        # client's cost of a psycopg cursor.
+        self.prepared: dict[str, tuple[bytes, bytes]] = {
+            sql: (name, sql.replace("%s", "$1", 1).replace("%s", "$2", 1).encode())
+            for name, sql in ((b"ratekeeper_gcra1", self.gcra_one_sql), (b"ratekeeper_decide1", self.decide_one_sql))
+        }
         self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
         self.installed_sql = "SELECT obj_description(to_regprocedure(%s), 'pg_proc')"
@@ -240,7 +248,12 @@ class PostgresCore:
         for name in ALGORITHM_FILES:
             spec = ["1", "1", "1", "1"] if name in ("gcra", "token_bucket", "leaky_bucket") else ["1", "1"]
             fields += ["p", "1", name, "1", *spec, "0", "", ""]
-        return self.decide_one_sql, ("ratekeeper warm-up", ",".join(fields))
+        opts = self.options
+        return (
+            f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text), "
+            f"{opts.schema}.{opts.table}_gcra1(%s::text, %s::text)",
+            ("ratekeeper warm-up", ",".join(fields), "ratekeeper warm-up", ",p,1,1,1,1,0,"),
+        )
 
     def migration(self) -> str:
         opts = self.options
@@ -251,7 +264,16 @@ class PostgresCore:
         return row is not None and row[0] == self.marker
 
     def call(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> tuple[str, tuple[Any, ...]]:
-        """The statement and parameters deciding ``ops`` in one round trip."""
+        """The statement and parameters deciding ``ops`` in one round trip: a lone decide or
+        peek of a one-limit GCRA rule takes ``<table>_gcra1`` (the same decision without the
+        general function's dispatch), every other call ``<table>_decide``."""
+        if len(ops) == 1:
+            mode, plan, key, cost, max_wait, _ = ops[0]
+            spec = _gcra_one(plan)
+            if spec is not None and mode != wire.REFUND:
+                given = "" if now is None else now
+                request = f"{given},{mode},{spec},{min(cost, MAX_COST)},{'' if max_wait is None else max_wait}"
+                return self.gcra_one_sql, (wire.storage_key(self.options.prefix, plan, key), request)
         if any(op[3] > MAX_COST for op in ops):
             ops = [(m, p, k, min(c, MAX_COST), w, lease) for m, p, k, c, w, lease in ops]
         keys, args = wire.encode(ops, self.options.prefix, now, atomic)
@@ -263,6 +285,14 @@ class PostgresCore:
         return self.decide_sql, (keys, request)
 
     @staticmethod
+    def text_reply(value: bytes | None) -> tuple[list[int] | None]:
+        """A decision reply read as text (``{1,-1,0,0,9,10000}``), as ``decode`` takes it."""
+        if value is None:
+            return (None,)
+        inner = value[1:-1]
+        return ([int(x) for x in inner.split(b",")] if inner else [],)
+
+    @staticmethod
     def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | None]:
         return wire.decode(ops, reply[0] if reply is not None and reply[0] is not None else ())
 
@@ -272,6 +302,18 @@ class PostgresCore:
 
     def reset(self, plan: Plan, key: str) -> tuple[str, tuple[Any, ...]]:
         return self.reset_sql, (wire.storage_key(self.options.prefix, plan, key),)
+
+
+_gcra_specs: dict[int, tuple[Plan, str | None]] = {}
+
+
+def _gcra_one(plan: Plan) -> str | None:
+    """``n,d,capacity,tau`` of a one-limit GCRA plan (cached), None for any other plan."""
+    cached = _gcra_specs.get(id(plan))
+    if cached is None or cached[0] is not plan:
+        spec = ",".join(map(str, plan.specs[0])) if plan.algorithm.name == "gcra" and len(plan.specs) == 1 else None
+        cached = _gcra_specs[id(plan)] = (plan, spec)  # the plan is kept: its id stays unique
+    return cached[1]
 
 
 def _escape_lease(lease: str) -> str:
