@@ -13,6 +13,7 @@ import asyncio
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -641,3 +642,32 @@ def test_lanes_never_take_the_last_connection_of_the_pool(key_prefix: str) -> No
     assert laned.decide(PLAN, "k", 1, now=EPOCH_US).allowed
     assert len(laned._lanes) == 1  # the lane is idle again, for the next slot holder
     laned.close()
+
+
+def test_a_forked_child_never_shares_the_parents_connection(key_prefix: str) -> None:
+    """A store used before a fork (a preloading web server) decides in the child on
+    connections of the child's own: parent and child reading replies from one socket
+    would take each other's decisions."""
+    import multiprocessing
+
+    store = RedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
+    assert store.decide(PLAN, "parent", 1, now=EPOCH_US).remaining == 999  # the parent's lane exists
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def child() -> None:
+        lane = store._lanes[0] if store._lanes else None
+        decisions = [store.decide(PLAN, "child", 1, now=EPOCH_US).remaining for _ in range(50)]
+        results.put((decisions, store._lanes[0] is not lane))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads around (pytest's)
+        process = context.Process(target=child)
+        process.start()
+    parent = [store.decide(PLAN, "parent", 1, now=EPOCH_US).remaining for _ in range(50)]
+    decisions, own_lane = results.get(timeout=BOUND)
+    process.join(BOUND)
+    assert parent == list(range(998, 948, -1))
+    assert decisions == list(range(999, 949, -1))
+    assert own_lane
+    store.close()

@@ -9,6 +9,7 @@ A lone caller sends at once and pays nothing for this.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,7 @@ class RedisStore(RedisCalls):
         super().__init__(url, **options)
         self._lock = threading.Lock()
         self._lanes: list[Any] = []  # idle single-connection clients (see _on_lane)
+        self._pid = os.getpid()
         # lanes hold connections of the pool for good: leave at least one to the calls
         # that do not hold a slot (decide_many, reset, batching off)
         self._laned = not self.core.cluster and self.core.max_connections > self.core.max_in_flight
@@ -199,11 +201,14 @@ class RedisStore(RedisCalls):
         redis-py's pools test every connection they hand out for unread data (a poll per
         call) and take a lock, which cost a lone caller more than the rest of our Python.
         A lane whose call failed was disconnected by redis-py and reconnects on its next
-        call (behind Sentinel: to the master the sentinels name then). Not on a Cluster
-        (a connection per node).
+        call (behind Sentinel: to the master the sentinels name then). A forked child
+        makes lanes of its own (redis-py's pools reset after a fork; a single-connection
+        client does not). Not on a Cluster (a connection per node).
         """
         if not self._laned:
             return self._run(ops, now)
+        if self._pid != os.getpid():  # a forked child: the parent's lanes share its sockets
+            self._lanes, self._pid = [], os.getpid()  # forgotten, not closed (that is the parent's)
         try:
             lane = self._lanes.pop()  # atomic under the GIL: no lock needed
         except IndexError:
