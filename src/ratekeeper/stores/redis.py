@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -58,11 +59,11 @@ class RedisStore(RedisCalls):
         super().__init__(url, **options)
         self._lock = threading.Lock()
         self._lanes: list[Any] = []  # idle single-connection clients (see _on_lane)
-        self._pid = os.getpid()
         # lanes hold connections of the pool for good: leave at least one to the calls
         # that do not hold a slot (decide_many, reset, batching off)
         self._laned = not self.core.cluster and self.core.max_connections > self.core.max_in_flight
         self._batch: Batch[_Waiter] = Batch(self.core.max_in_flight, self.core.max_batch)
+        _LANED.add(self)
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
         if not self.core.batching:
@@ -207,8 +208,6 @@ class RedisStore(RedisCalls):
         """
         if not self._laned:
             return self._run(ops, now)
-        if self._pid != os.getpid():  # a forked child: the parent's lanes share its sockets
-            self._lanes, self._pid = [], os.getpid()  # forgotten, not closed (that is the parent's)
         try:
             lane = self._lanes.pop()  # atomic under the GIL: no lock needed
         except IndexError:
@@ -235,6 +234,20 @@ class RedisStore(RedisCalls):
         manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
         for sentinel in getattr(manager, "sentinels", ()):
             sentinel.close()
+
+
+_LANED: weakref.WeakSet[RedisStore] = weakref.WeakSet()
+
+
+def _forget_lanes_after_fork() -> None:
+    """In a forked child, every store forgets its parent's lanes (their sockets are the
+    parent's: forgotten, not closed). A hook, not a pid check per call: ``os.getpid`` is a
+    system call, microseconds on this machine."""
+    for store in list(_LANED):
+        store._lanes = []
+
+
+os.register_at_fork(after_in_child=_forget_lanes_after_fork)
 
 
 def _interrupted(exc: BaseException) -> StoreError:
