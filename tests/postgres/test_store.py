@@ -421,3 +421,64 @@ def test_async_statement_past_the_timeout_raises_store_timeout(schema: str) -> N
             await store.aclose()
 
     asyncio.run(main())
+
+
+# -- the fast path of a lone one-limit GCRA call ---------------------------------------
+
+
+def test_a_lone_one_limit_gcra_call_runs_the_fast_function_and_every_other_call_the_general_one(
+    store: PostgresStore,
+) -> None:
+    statements: list[str] = []
+    execute = store._execute
+
+    def counting(sql: str, params: object, what: str, *rest: object) -> object:
+        statements.append(sql.split("(", maxsplit=1)[0].rsplit("_", 1)[-1])
+        return execute(sql, params, what, *rest)  # type: ignore[arg-type]
+
+    store._execute = counting  # type: ignore[method-assign]
+    one = Rule("one", ["2/minute"])._plan
+    two = Rule("two", ["2/minute", "10/hour"])._plan
+    window = Rule("window", ["2/minute"], "fixed_window")._plan
+    assert store.decide(one, "k", 1).allowed
+    assert store.decide(one, "k", 1, commit=False).allowed  # a peek
+    assert store.decide(one, "k", 1).allowed
+    assert store.decide(one, "k", 1, max_wait=60_000_000).delay > 0  # a reservation
+    assert not store.decide(one, "k", 1).allowed
+    store.refund(one, "k", 1)
+    store.decide(two, "k", 1)
+    store.decide(window, "k", 1)
+    assert statements[-8:] == ["gcra1"] * 5 + ["decide"] * 3
+
+
+def test_concurrent_first_calls_on_a_new_key_admit_exactly_the_limit(pg_url: str) -> None:
+    """Fast calls that find no row race to insert it: the losers decide on the winner's row."""
+    plan = Rule("new", ["2/minute"])._plan
+    with PostgresStore(pg_url, batching=False, max_size=8) as store:
+        store.decide(plan, "warm", 1)
+        for key in ("a", "b", "c"):
+            admitted: list[bool] = []
+            barrier = threading.Barrier(8)
+
+            def worker(key: str = key, admitted: list[bool] = admitted, barrier: threading.Barrier = barrier) -> None:
+                barrier.wait()
+                admitted.append(store.decide(plan, key, 1).allowed)
+
+            threads = [threading.Thread(target=worker) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(30)
+            assert sorted(admitted) == [False] * 6 + [True] * 2
+
+
+def test_migrate_finds_a_connection_while_the_store_keeps_every_one(pg_url: str) -> None:
+    """Decisions keep their connection between calls (no pool round trip); a migration
+    still gets one from a pool of one."""
+    plan = Rule("kept", ["5/s"])._plan
+    with PostgresStore(pg_url, min_size=1, max_size=1, timeout=0.5) as store:
+        assert store.decide(plan, "k", 1).allowed
+        started = time.monotonic()
+        store.migrate()
+        assert time.monotonic() - started < 5
+        assert store.decide(plan, "k", 1).allowed

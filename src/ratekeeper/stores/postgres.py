@@ -3,12 +3,15 @@
 One decision is one statement, ``SELECT <schema>.<table>_decide(keys, request)``: a
 PL/pgSQL function that locks the rows it needs in one order, reads ``clock_timestamp()``,
 decides every op with the algorithm's function and writes back, all inside that statement
-(no lock outlives it, no read-then-write round trips). ``try_acquire_many`` is one
-statement too. Calls from several threads coalesce (``Batch``): at most ``max_in_flight``
-statements are out and at most one per row; the others queue, and the first of them sends
-what may go as one statement when one returns. A watchdog bounds every statement by the
-timeout on the client side too. The schema is installed on first use (or by
-``ratekeeper migrate``).
+(no lock outlives it, no read-then-write round trips); a lone GCRA call of a one-limit
+rule runs ``<table>_gcra1`` instead, the same steps without the dispatch. Statements of
+one key are prepared by name on each connection and run through libpq directly.
+``try_acquire_many`` is one statement too. Calls from several threads coalesce
+(``Batch``): at most ``max_in_flight`` statements are out and at most one per row; the
+others queue, and the first of them sends what may go as one statement when one returns.
+A call keeps its connection for the next one (no pool round trip) unless it failed. A
+watchdog bounds every statement by the timeout on the client side too. The schema is
+installed on first use (or by ``ratekeeper migrate``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ if TYPE_CHECKING:
     from ratekeeper.stores.base import Item
 
 __all__ = ["PostgresStore"]
+
+RETURN_EVERY = 1000
+"""A kept connection goes back to the pool once in this many calls (the pool's lifetime checks)."""
 
 
 class _Waiter:
@@ -129,6 +135,9 @@ class PostgresStore:
         self._batch: Batch[_Waiter] = Batch(opts.max_in_flight)
         self._watchdog = _Watchdog(tick=min(0.05, opts.timeout / 4))
         self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._kept: list[Any] = []  # connections taken from the pool, idle between calls
+        self._uses = 0
+        self._closing = False
 
     def _configure(self, conn: Any) -> None:
         conn.execute(self.core.session_sql)
@@ -152,26 +161,61 @@ class PostgresStore:
 
         watchdog = self._watchdog
         fired = False
+        kept = False
         try:
-            with self.pool.connection(timeout=self.core.timeout) as conn:
+            conn = self._take()
+            try:
                 token = watchdog.arm(conn, self.core.timeout if deadline is None else deadline)
                 try:
                     if self._ready and conn not in self._warm:
                         self._warm_up(conn)
                     if prepared is not None and conn in self._warm:
-                        return self._exec_prepared(conn, prepared[0], params)
-                    cur = conn.execute(sql, params, binary=True)  # binary replies: far cheaper to read
-                    return cur.fetchone() if cur.description is not None else None
+                        result = self._exec_prepared(conn, prepared[0], params)
+                    else:
+                        cur = conn.execute(sql, params, binary=True)  # binary replies: far cheaper to read
+                        result = cur.fetchone() if cur.description is not None else None
                 finally:
                     fired = watchdog.disarm(token)
                     if fired:
                         conn.close()  # severed: the pool must not hand it out again
+                kept = True
+                return result
+            finally:
+                self._give_back(conn, kept)
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
             if fired:
                 raise StoreTimeout(f"PostgreSQL did not answer {what} in time (the connection was dropped)") from exc
             if connection_lost(exc):
                 self._check_pool()
             raise translate(exc, what) from exc
+
+    def _take(self) -> Any:
+        """A connection: one this store kept from an earlier call (no pool round trip), else
+        one from the pool, waiting at most the timeout."""
+        try:
+            return self._kept.pop()
+        except IndexError:
+            return self.pool.getconn(timeout=self.core.timeout)
+
+    def _give_back(self, conn: Any, healthy: bool) -> None:
+        """Keep ``conn`` for the next call after a statement that succeeded; give it back to
+        the pool after a failure (the pool checks it and drops a broken one), when the pool
+        is closing, and once in ``RETURN_EVERY`` calls (so the pool still ages it out)."""
+        self._uses += 1
+        if healthy and not self._closing and self._uses % RETURN_EVERY:
+            self._kept.append(conn)
+        else:
+            self.pool.putconn(conn)
+
+    def _return_kept(self) -> None:
+        """Give every kept connection back to the pool."""
+        while True:
+            try:
+                conn = self._kept.pop()
+            except IndexError:
+                return
+            with contextlib.suppress(Exception):
+                self.pool.putconn(conn)
 
     def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
         """Run the prepared statement ``name`` in one libpq call (the GIL released while it
@@ -207,6 +251,7 @@ class PostgresStore:
 
     def _check_pool(self) -> None:
         """A connection died: replace the idle ones that died with it (a server restart)."""
+        self._return_kept()
         with contextlib.suppress(Exception):  # the pool reconnects in the background anyway
             self.pool.check()
 
@@ -218,6 +263,7 @@ class PostgresStore:
 
         core = self.core
         fired = False
+        self._return_kept()  # the pool may be short of connections otherwise
         try:
             with self.pool.connection(timeout=core.timeout) as conn:
                 token = self._watchdog.arm(conn, core.migrate_timeout)
@@ -346,7 +392,9 @@ class PostgresStore:
         return int(row[0])
 
     def close(self) -> None:
+        self._closing = True
         self._watchdog.close()
+        self._return_kept()
         self.pool.close()
 
     def __enter__(self) -> PostgresStore:

@@ -125,7 +125,9 @@ class PostgresOptions:
     ``timeout`` (seconds, default 1.0) bounds connecting, waiting for a pooled connection
     and each statement (``statement_timeout``); ``min_size`` / ``max_size`` size the pool;
     ``prefix`` is put before every storage key; ``batching`` (default true) coalesces
-    concurrent calls into one statement while ``max_in_flight`` statements are out;
+    concurrent calls into one statement while ``max_in_flight`` statements are out
+    (default ``max_size``: a caller queues only while every connection is busy or its row
+    has a statement out);
     ``synchronous_commit`` (default false) makes each decision wait for its WAL flush
     (off, a crash of the server may forget the last few milliseconds of charges, never
     corrupt a state; each decision is about a millisecond faster on a disk that syncs).
@@ -159,7 +161,9 @@ class PostgresOptions:
             raise ConfigurationError(f"store option prefix must be a str, got {prefix!r}")
         self.prefix: str = prefix
         self.batching: bool = _bool_option("batching", ours.get("batching", True))
-        self.max_in_flight: int = _number_option("max_in_flight", ours.get("max_in_flight", 4), int, 1)
+        # Default: one statement per pooled connection, so a caller with a connection free
+        # (and its row idle) never waits for another's statement.
+        self.max_in_flight: int = _number_option("max_in_flight", ours.get("max_in_flight", self.max_size), int, 1)
         self.synchronous_commit: bool = _bool_option("synchronous_commit", ours.get("synchronous_commit", False))
         self.conninfo: str = urlunsplit(parts._replace(query=urlencode(libpq)))
 
