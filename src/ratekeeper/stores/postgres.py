@@ -239,7 +239,8 @@ class PostgresStore:
         from psycopg import pq
 
         try:
-            conn.execute(*self.core.warm_up())
+            with conn.transaction(force_rollback=True):  # compiled and planned; nothing kept
+                conn.execute(*self.core.warm_up())
         except psycopg.errors.UndefinedFunction:
             return  # not installed yet: the next call warms it
         pgconn = conn.pgconn

@@ -105,7 +105,8 @@ class AsyncPostgresStore:
         import psycopg
 
         try:
-            await conn.execute(*self.core.warm_up())
+            async with conn.transaction(force_rollback=True):  # compiled and planned; nothing kept
+                await conn.execute(*self.core.warm_up())
         except psycopg.errors.UndefinedFunction:
             return  # not installed yet: the next call warms it
         self._warm.add(conn)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import secrets
 from collections import deque
 from collections.abc import Sequence
 from functools import cache
@@ -245,18 +246,23 @@ class PostgresCore:
         )
 
     def warm_up(self) -> tuple[str, tuple[Any, ...]]:
-        """A statement that compiles the decide function and every algorithm's in a new
-        session: peeks (no lock, no write), so that no later call compiles PL/pgSQL (tens of
-        milliseconds on a busy server) while it holds a row lock."""
-        fields: list[str] = ["", "0", str(len(ALGORITHM_FILES))]
-        for name in ALGORITHM_FILES:
+        """A statement that compiles every function and plans every statement inside them
+        in a new session, for the shells to run in a transaction they roll back: a charge
+        and a refund of every algorithm and a GCRA fast call, on keys of this session only,
+        and a sweep of nothing. So no later call compiles PL/pgSQL or plans its writes (tens
+        of milliseconds on a busy server) while it holds a row lock others wait for."""
+        tag = secrets.token_hex(8)
+        keys = [f"ratekeeper warm-up {tag} {name}" for name in ALGORITHM_FILES]
+        fields: list[str] = ["", "0", str(2 * len(ALGORITHM_FILES))]
+        for i, name in enumerate(ALGORITHM_FILES, 1):
             spec = ["1", "1", "1", "1"] if name in ("gcra", "token_bucket", "leaky_bucket") else ["1", "1"]
-            fields += ["p", "1", name, "1", *spec, "0", "", ""]
+            fields += ["d", str(i), name, "1", *spec, "1", "", "w"]
+            fields += ["r", str(i), name, "1", *spec, "1", "", "w"]
         opts = self.options
         return (
-            f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text), "
-            f"{opts.schema}.{opts.table}_gcra1(%s::text, %s::text)",
-            ("ratekeeper warm-up", ",".join(fields), "ratekeeper warm-up", ",p,1,1,1,1,0,"),
+            f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text), "
+            f"{opts.schema}.{opts.table}_gcra1(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
+            (keys, ",".join(fields), f"ratekeeper warm-up {tag}", ",d,1,1,1,1,1,"),
         )
 
     def migration(self) -> str:
