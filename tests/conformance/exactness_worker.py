@@ -54,14 +54,31 @@ BARRIER_TIMEOUT = 60.0
 
 
 def hammer(
-    url: str, options: dict[str, Any], mode: str, key: str, workers: int, attempts: int, barrier: Any, queue: Any
+    url: str,
+    options: dict[str, Any],
+    mode: str,
+    key: str,
+    workers: int,
+    attempts: int,
+    barrier: Any,
+    queue: Any,
+    inherited: Limiter | None = None,
 ) -> None:
-    """Run every case in this process; report the admissions (or the error) on ``queue``."""
+    """Run every case in this process; report the admissions (or the error) on ``queue``.
+
+    ``mode``: "sync" (a ``Limiter`` of this process), "async" (an ``AsyncLimiter``) or
+    "fork" (``inherited``: the parent's ``Limiter``, opened and used before the fork, as a
+    web server that preloads its app shares it; left open here, since closing a connection
+    inherited from the parent could close it for the parent too).
+    """
     try:
-        if mode == "sync":
-            result = _hammer_threads(url, options, key, workers, attempts, barrier)
-        else:
+        if mode == "async":
             result = asyncio.run(_hammer_tasks(url, options, key, workers, attempts, barrier))
+        elif inherited is not None:
+            result = _hammer_threads(inherited, key, workers, attempts, barrier)
+        else:
+            with Limiter(url, **options) as limiter:
+                result = _hammer_threads(limiter, key, workers, attempts, barrier)
     except BaseException:  # noqa: BLE001 - the parent reports it
         queue.put(("error", traceback.format_exc()))
         barrier.abort()  # the other processes stop waiting for this one
@@ -69,42 +86,39 @@ def hammer(
         queue.put(("ok", result))
 
 
-def _hammer_threads(
-    url: str, options: dict[str, Any], key: str, workers: int, attempts: int, barrier: Any
-) -> dict[str, int | str]:
+def _hammer_threads(limiter: Limiter, key: str, workers: int, attempts: int, barrier: Any) -> dict[str, int | str]:
     admitted: dict[str, int | str] = {}
-    with Limiter(url, **options) as limiter:
-        for name in NAMES:
-            rules = case_rules(name)
-            counts = [0] * workers
-            errors: list[BaseException] = []
-            start = threading.Barrier(workers)
+    for name in NAMES:
+        rules = case_rules(name)
+        counts = [0] * workers
+        errors: list[BaseException] = []
+        start = threading.Barrier(workers)
 
-            def attempt(rules: list[Rule] = rules) -> bool:
-                if len(rules) == 1:
-                    return bool(limiter.try_acquire(rules[0], key))
-                return bool(limiter.try_acquire_many([(rule, key) for rule in rules]))
+        def attempt(rules: list[Rule] = rules) -> bool:
+            if len(rules) == 1:
+                return bool(limiter.try_acquire(rules[0], key))
+            return bool(limiter.try_acquire_many([(rule, key) for rule in rules]))
 
-            def run(
-                i: int,
-                attempt: Any = attempt,
-                counts: list[int] = counts,
-                start: threading.Barrier = start,
-                errors: list[BaseException] = errors,
-            ) -> None:
-                try:
-                    start.wait(BARRIER_TIMEOUT)
-                    counts[i] = sum(1 for _ in range(attempts) if attempt())
-                except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
-                    errors.append(exc)
+        def run(
+            i: int,
+            attempt: Any = attempt,
+            counts: list[int] = counts,
+            start: threading.Barrier = start,
+            errors: list[BaseException] = errors,
+        ) -> None:
+            try:
+                start.wait(BARRIER_TIMEOUT)
+                counts[i] = sum(1 for _ in range(attempts) if attempt())
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+                errors.append(exc)
 
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-            barrier.wait(BARRIER_TIMEOUT)
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            admitted[name] = "".join(traceback.format_exception(errors[0])) if errors else sum(counts)
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+        barrier.wait(BARRIER_TIMEOUT)
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        admitted[name] = "".join(traceback.format_exception(errors[0])) if errors else sum(counts)
     return admitted
 
 
