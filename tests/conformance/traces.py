@@ -64,7 +64,18 @@ HOUR_US = 3_600_000_000
 EPOCH_US = 1_750_000_000_000_000
 """Microseconds since the epoch in 2025, as Redis ``TIME`` and ``clock_timestamp()`` give."""
 
-FIELDS = ("rule", "limits", "allowed", "denied_index", "retry_us", "delay_us", "remaining", "reset_us", "lease_id")
+FIELDS = (
+    "rule",
+    "limits",
+    "allowed",
+    "denied_index",
+    "retry_us",
+    "delay_us",
+    "remaining",
+    "reset_us",
+    "lease_id",
+    "fallback",
+)
 """The fields of a ``Decision`` tuple, in order."""
 
 
