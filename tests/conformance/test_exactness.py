@@ -1,13 +1,15 @@
 """Exactness under real concurrency: many processes hammering one key admit exactly the limit.
 
-8 processes (spawned, each with its own ``Limiter`` and so its own connections) x 4 threads
-(or ``AsyncLimiter`` x 4 tasks) try 8 times each to take one unit from ONE key, for each
-exact algorithm in turn: 256 attempts against a limit of 50 that nothing frees during the
-test (see ``exactness_worker.CASES``). Every process starts each algorithm at a shared
-barrier. The store must admit exactly 50: never more (no lost update between processes
+8 processes x 4 threads (or 4 asyncio tasks) try 8 times each to take one unit from ONE
+key, for each exact algorithm in turn: 256 attempts against a limit of 50 that nothing
+frees during the test (see ``exactness_worker.CASES``), then a ``try_acquire_many`` of a
+30/day and a 50/day rule on that key. Every process starts each case at a shared barrier.
+The store must admit exactly 50 (30 batches): never more (no lost update between processes
 or within a coalesced call), never fewer while demand exceeds it (no decision lost or
-double-counted). Runs on the shared Redis, a private Redis Cluster and the shared
-PostgreSQL.
+double-counted). Modes: "sync" and "async" spawn processes that each open their own
+limiter; "fork" forks children that share the parent's ``Limiter``, opened and used before
+the fork (a web server preloading its app). Runs on the shared Redis, a private Redis
+Cluster and the shared PostgreSQL.
 """
 
 from __future__ import annotations
