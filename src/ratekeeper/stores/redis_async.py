@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ratekeeper.errors import StoreError
 from ratekeeper.stores import wire
 from ratekeeper.stores.redis_calls_async import AsyncRedisCalls
-from ratekeeper.stores.redis_core import Batch, store_down
+from ratekeeper.stores.redis_core import Batch, reclaim_connections, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -145,6 +145,7 @@ class AsyncRedisStore(AsyncRedisCalls):
                 await asyncio.wait(list(self._tasks))  # unlike gather, never cancels them
             else:
                 await asyncio.sleep(0)  # a flush is scheduled
+        reclaim_connections(self.client)  # a Cluster node closes only the connections it lists
         await self.client.aclose()
         manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
         for sentinel in getattr(manager, "sentinels", ()):  # the connections that found the master

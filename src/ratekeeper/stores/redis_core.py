@@ -227,8 +227,8 @@ def store_errors() -> tuple[type[BaseException], ...]:
 def reclaim_connections(client: Any) -> None:
     """Give each node of a redis-py asyncio Cluster client back the connections it lost.
 
-    Call it only when no call of ``client`` is under way: then a connection of a node that
-    is neither free nor connected was lost (redis-py 7.4's ``ClusterNode.execute_command``
+    Call it only when no call of ``client`` is under way (after a failure, and before
+    closing it): then a connection of a node that is neither free nor connected was lost (redis-py 7.4's ``ClusterNode.execute_command``
     and ``execute_pipeline`` do not release a connection whose connect or send raised). Other
     clients (standalone, Sentinel, the sync Cluster) have no such nodes: nothing happens.
     """
@@ -237,9 +237,13 @@ def reclaim_connections(client: Any) -> None:
         return
     for node in get_nodes():
         connections, free = getattr(node, "_connections", None), getattr(node, "_free", None)
-        if connections is None or free is None or len(connections) == len(free):
+        if connections is None or free is None:
             continue
         free_ids = {id(c) for c in free}
         # not free and not connected: lost by a failed connect (a connected one may still
         # be finishing a read for a pipeline that already failed: it returns on its own)
-        connections[:] = [c for c in connections if id(c) in free_ids or getattr(c, "is_connected", True)]
+        kept = [c for c in connections if id(c) in free_ids or getattr(c, "is_connected", True)]
+        kept_ids = {id(c) for c in kept}
+        # and a free one it no longer lists (it came back after an earlier reclaim) is
+        # listed again, so that closing the client closes it
+        connections[:] = kept + [c for c in free if id(c) not in kept_ids]
