@@ -467,7 +467,7 @@ def render_markdown(result: RedisBenchResult) -> str:
         f"Every cell runs {result.duration:g} s"
         + (
             f", {result.rounds} times, the rounds interleaved (every cell, then every cell again); the table shows "
-            "the round with the median rate, and the range over the rounds"
+            "the round with the median rate, and the range over the rounds,"
             if result.rounds > 1
             else ""
         )
