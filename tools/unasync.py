@@ -29,6 +29,11 @@ PAIRS: list[tuple[Path, Path, str]] = [
         PACKAGE / "stores" / "redis_calls.py",
         "What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.",
     ),
+    (
+        PACKAGE / "stores" / "postgres_calls_async.py",
+        PACKAGE / "stores" / "postgres_calls.py",
+        "What the blocking PostgreSQL store runs and how: connections, statements, the schema, errors.",
+    ),
 ]
 
 
@@ -46,6 +51,8 @@ RULES: list[tuple[str, str]] = [
     (r"\bawait ", ""),
     (r"\bAsyncLimiter\b", "Limiter"),
     (r"\bAsyncRedisCalls\b", "RedisCalls"),
+    (r"\bAsyncPostgresCalls\b", "PostgresCalls"),
+    (r"\basync with ", "with "),
     (r"\basync_client\b", "sync_client"),
     (r"\bAsyncLease\b", "Lease"),
     (r"\bAsyncStore \| Store\b", "Store"),

@@ -12,30 +12,26 @@ others queue, and the first of them sends what may go as one statement when one 
 A call keeps its connection for the next one (no pool round trip) unless it failed. A
 watchdog bounds every statement by the timeout on the client side too. The schema is
 installed on first use (or by ``ratekeeper migrate``).
+
+The statements themselves are ``PostgresCalls`` (``postgres_calls.py``, generated from
+``postgres_calls_async.py``); this module holds what threads do differently.
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres_core import Batch, PostgresCore, connection_lost, sever, translate
+from ratekeeper.stores.postgres_calls import PostgresCalls
+from ratekeeper.stores.postgres_core import Batch, sever
 
 if TYPE_CHECKING:
-    from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
-    from ratekeeper.stores.base import Item
 
 __all__ = ["PostgresStore"]
-
-RETURN_EVERY = 1000
-"""A kept connection goes back to the pool once in this many calls (the pool's lifetime checks)."""
 
 
 class _Waiter:
@@ -109,14 +105,14 @@ class _Watchdog:
             self.wake.notify()
 
 
-class PostgresStore:
+class PostgresStore(PostgresCalls):
     """The PostgreSQL store (``postgresql://``, ``postgres://``); see ``PostgresOptions``."""
 
     def __init__(self, url: str = "postgresql://postgres@127.0.0.1:5432/postgres", **options: Any) -> None:
         from psycopg_pool import ConnectionPool
 
-        self.core = core = PostgresCore(url, **options)
-        opts = core.options
+        super().__init__(url, **options)
+        opts = self.core.options
         self.pool = ConnectionPool(
             opts.conninfo,
             kwargs=opts.connection_kwargs(),
@@ -129,176 +125,31 @@ class PostgresStore:
             open=False,
         )
         self.pool.open(wait=False)
-        self._ready = False
-        self._ready_lock = threading.Lock()
+        self._schema_lock = threading.Lock()
         self._lock = threading.Lock()
         self._batch: Batch[_Waiter] = Batch(opts.max_in_flight)
         self._watchdog = _Watchdog(tick=min(0.05, opts.timeout / 4))
-        self._warm: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._kept: list[Any] = []  # connections taken from the pool, idle between calls
-        self._uses = 0
-        self._closing = False
 
-    def _configure(self, conn: Any) -> None:
-        conn.execute(self.core.session_sql)
+    # -- what differs from the asyncio store ---------------------------------------------
 
-    # -- executing statements ------------------------------------------------------------
+    def _pool(self) -> Any:
+        return self.pool
 
-    def _execute(
-        self,
-        sql: str,
-        params: Sequence[Any],
-        what: str,
-        deadline: float | None = None,
-        prepared: tuple[bytes, bytes] | None = None,
-    ) -> Any:
-        """One statement on a pooled connection, its reply's first row; no longer than the
-        timeout (waiting for a connection, then for the reply) plus a watchdog tick. A
-        ``prepared`` statement (``PostgresCore.prepared``, text parameters) goes through
-        libpq directly once the connection has it."""
-        import psycopg
-        import psycopg_pool
+    def _arm(self, conn: Any, seconds: float) -> int:
+        return self._watchdog.arm(conn, seconds)
 
-        watchdog = self._watchdog
-        fired = False
-        kept = False
-        try:
-            conn = self._take()
-            try:
-                token = watchdog.arm(conn, self.core.timeout if deadline is None else deadline)
-                try:
-                    if self._ready and conn not in self._warm:
-                        self._warm_up(conn)
-                    if prepared is not None and conn in self._warm:
-                        result = self._exec_prepared(conn, prepared[0], params)
-                    else:
-                        cur = conn.execute(sql, params, binary=True)  # binary replies: far cheaper to read
-                        result = cur.fetchone() if cur.description is not None else None
-                finally:
-                    fired = watchdog.disarm(token)
-                    if fired:
-                        conn.close()  # severed: the pool must not hand it out again
-                kept = True
-                return result
-            finally:
-                self._give_back(conn, kept)
-        except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
-            if fired:
-                raise StoreTimeout(f"PostgreSQL did not answer {what} in time (the connection was dropped)") from exc
-            if connection_lost(exc):
-                self._check_pool()
-            raise translate(exc, what) from exc
+    def _disarm(self, deadline: int) -> bool:
+        return self._watchdog.disarm(deadline)
 
-    def _take(self) -> Any:
-        """A connection: one this store kept from an earlier call (no pool round trip), else
-        one from the pool, waiting at most the timeout."""
-        try:
-            return self._kept.pop()
-        except IndexError:
-            return self.pool.getconn(timeout=self.core.timeout)
-
-    def _give_back(self, conn: Any, healthy: bool) -> None:
-        """Keep ``conn`` for the next call after a statement that succeeded; give it back to
-        the pool after a failure (the pool checks it and drops a broken one), when the pool
-        is closing, and once in ``RETURN_EVERY`` calls (so the pool still ages it out)."""
-        self._uses += 1
-        if healthy and not self._closing and self._uses % RETURN_EVERY:
-            self._kept.append(conn)
-        else:
-            self.pool.putconn(conn)
-
-    def _return_kept(self) -> None:
-        """Give every kept connection back to the pool."""
-        while True:
-            try:
-                conn = self._kept.pop()
-            except IndexError:
-                return
-            with contextlib.suppress(Exception):
-                self.pool.putconn(conn)
+    def _ready_lock(self) -> threading.Lock:
+        return self._schema_lock
 
     def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
-        """Run the prepared statement ``name`` in one libpq call (the GIL released while it
-        waits), its text reply read as ``PostgresCore.text_reply``."""
-        import psycopg
-        from psycopg import pq
-
-        pgconn = conn.pgconn
+        """Run the prepared statement ``name`` in one libpq call (PQexecPrepared: the GIL is
+        released while it waits; a third of a psycopg cursor's cost), its text reply read
+        as ``PostgresCore.text_reply``."""
         encoding = conn.info.encoding
-        res = pgconn.exec_prepared(name, [p.encode(encoding) for p in params])
-        if res.status != pq.ExecStatus.TUPLES_OK:
-            if pgconn.status == pq.ConnStatus.BAD:
-                raise psycopg.OperationalError(pgconn.get_error_message(encoding) or "the connection was lost")
-            raise psycopg.errors.error_from_result(res, encoding)
-        return self.core.text_reply(res.get_value(0, 0))
-
-    def _warm_up(self, conn: Any) -> None:
-        """Compile the functions in this new session before it locks any row, and prepare
-        the statements of one key (``PostgresCore.prepared``) on it."""
-        import psycopg
-        from psycopg import pq
-
-        try:
-            with conn.transaction(force_rollback=True):  # compiled and planned; nothing kept
-                conn.execute(*self.core.warm_up())
-        except psycopg.errors.UndefinedFunction:
-            return  # not installed yet: the next call warms it
-        pgconn = conn.pgconn
-        for name, text in self.core.prepared.values():
-            res = pgconn.prepare(name, text)
-            if res.status != pq.ExecStatus.COMMAND_OK and res.error_field(pq.DiagnosticField.SQLSTATE) != b"42P05":
-                raise psycopg.errors.error_from_result(res, conn.info.encoding)  # 42P05: already prepared
-        self._warm.add(conn)
-
-    def _check_pool(self) -> None:
-        """A connection died: replace the idle ones that died with it (a server restart)."""
-        self._return_kept()
-        with contextlib.suppress(Exception):  # the pool reconnects in the background anyway
-            self.pool.check()
-
-    def migrate(self) -> None:
-        """Install or update the schema, table and functions (idempotent; concurrent
-        callers wait on one advisory lock, so one of them does the work)."""
-        import psycopg
-        import psycopg_pool
-
-        core = self.core
-        fired = False
-        self._return_kept()  # the pool may be short of connections otherwise
-        try:
-            with self.pool.connection(timeout=core.timeout) as conn:
-                token = self._watchdog.arm(conn, core.migrate_timeout)
-                try:
-                    with conn.transaction():
-                        conn.execute("SET LOCAL statement_timeout = 0")  # the deadline is the watchdog's
-                        conn.execute(core.lock_sql, core.lock_params)
-                        if not core.is_current(conn.execute(core.installed_sql, core.installed_params).fetchone()):
-                            conn.execute(core.migration(), prepare=False)
-                finally:
-                    fired = self._watchdog.disarm(token)
-                    if fired:
-                        conn.close()
-        except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
-            if fired:
-                raise StoreTimeout(f"the schema migration took longer than {core.migrate_timeout}s") from exc
-            raise translate(exc, "the schema migration") from exc
-        self._ready = True
-
-    def _ensure(self) -> None:
-        with self._ready_lock:
-            if self._ready:
-                return
-            row = self._execute(self.core.installed_sql, self.core.installed_params, "the schema check")
-            if self.core.is_current(row):
-                self._ready = True
-            else:
-                self.migrate()
-
-    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
-        if not self._ready:
-            self._ensure()
-        sql, params = self.core.call(ops, now, atomic)
-        return self.core.decode(ops, self._execute(sql, params, "a decision", None, self.core.prepared.get(sql)))
+        return self._prepared_reply(conn, conn.pgconn.exec_prepared(name, [p.encode(encoding) for p in params]))
 
     def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
         if not self.core.options.batching:
@@ -350,47 +201,6 @@ class PostgresStore:
             first = lead[2][0]
             first.lead = lead
             first.wake()
-
-    # -- the Store role ------------------------------------------------------------------
-
-    def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision:
-        decision = self._submit((wire.DECIDE if commit else wire.PEEK, plan, key, cost, max_wait, lease_id), now)
-        assert decision is not None
-        return decision
-
-    def decide_ops(self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False) -> list[Decision | None]:
-        """Decide a list of wire ops in one statement, in order (None for each refund)."""
-        return self._run(ops, now, atomic)
-
-    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
-        decisions = self._run(self.core.many_ops(items), now, atomic=True)
-        return tuple(d for d in decisions if d is not None)
-
-    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
-        self._submit((wire.REFUND, plan, key, cost, None, lease_id), now)
-
-    def reset(self, plan: Plan, key: str) -> None:
-        if not self._ready:
-            self._ensure()
-        sql, params = self.core.reset(plan, key)
-        self._execute(sql, params, "a reset")
-
-    def sweep(self, max_rows: int = 1000) -> int:
-        """Delete up to ``max_rows`` idle rows now (the decide function also does this on
-        its own, now and then); 0 when another instance holds the sweep."""
-        if not self._ready:
-            self._ensure()
-        row = self._execute(self.core.sweep_sql, (max_rows,), "a sweep")
-        return int(row[0])
 
     def close(self) -> None:
         self._closing = True
