@@ -482,3 +482,39 @@ def test_migrate_finds_a_connection_while_the_store_keeps_every_one(pg_url: str)
         store.migrate()
         assert time.monotonic() - started < 5
         assert store.decide(plan, "k", 1).allowed
+
+
+# -- fork -------------------------------------------------------------------------------
+
+
+def _decide_in_child(store: PostgresStore, plan: object, out: object) -> None:
+    try:
+        decision = store.decide(plan, "k", 1)  # type: ignore[arg-type]
+        pid = store._execute("SELECT pg_backend_pid()", (), "a check")[0]
+        out.put((decision.allowed, pid))  # type: ignore[attr-defined]
+    except BaseException as exc:  # noqa: BLE001 - the parent reports it
+        out.put((None, repr(exc)))  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_sessions_alone(pg_url: str) -> None:
+    """A store used before a fork (a preloading web server): the child decides on sessions
+    of its own, and the parent's session outlives the child's exit (its socket was never
+    written by the child, not even libpq's Terminate on collection)."""
+    import multiprocessing
+
+    plan = Rule("forked", ["3/minute"])._plan
+    with PostgresStore(pg_url, batching=False) as store:
+        assert store.decide(plan, "k", 1).allowed
+        parent_pid = store._execute("SELECT pg_backend_pid()", (), "a check")[0]
+        ctx = multiprocessing.get_context("fork")
+        out = ctx.Queue()
+        child = ctx.Process(target=_decide_in_child, args=(store, plan, out))
+        child.start()
+        allowed, child_pid = out.get(timeout=30)
+        child.join(30)
+        assert child.exitcode == 0
+        assert allowed is True, child_pid
+        assert child_pid != parent_pid
+        assert store.decide(plan, "k", 1).allowed  # the third of 3: the child's charge counted
+        assert store._execute("SELECT pg_backend_pid()", (), "a check")[0] == parent_pid
+        assert not store.decide(plan, "k", 1).allowed

@@ -19,14 +19,16 @@ The statements themselves are ``PostgresCalls`` (``postgres_calls.py``, generate
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
 from ratekeeper.stores.postgres_calls import PostgresCalls
-from ratekeeper.stores.postgres_core import Batch, sever
+from ratekeeper.stores.postgres_core import Batch, disown, sever
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -109,9 +111,14 @@ class PostgresStore(PostgresCalls):
     """The PostgreSQL store (``postgresql://``, ``postgres://``); see ``PostgresOptions``."""
 
     def __init__(self, url: str = "postgresql://postgres@127.0.0.1:5432/postgres", **options: Any) -> None:
+        super().__init__(url, **options)
+        self._open_pool()
+        _stores.add(self)
+
+    def _open_pool(self) -> None:
+        """A new pool, and the locks, queue and watchdog of this process."""
         from psycopg_pool import ConnectionPool
 
-        super().__init__(url, **options)
         opts = self.core.options
         self.pool = ConnectionPool(
             opts.conninfo,
@@ -129,6 +136,18 @@ class PostgresStore(PostgresCalls):
         self._lock = threading.Lock()
         self._batch: Batch[_Waiter] = Batch(opts.max_in_flight)
         self._watchdog = _Watchdog(tick=min(0.05, opts.timeout / 4))
+
+    def _after_fork_in_child(self) -> None:
+        """The child of a fork starts afresh: the connections it inherited are the parent's
+        sessions (their sockets shared), so they are disowned and kept from collection,
+        never used nor closed; and the threads of the pool and the watchdog, and whatever
+        other threads held, did not survive the fork."""
+        inherited = [*self._kept, *getattr(self.pool, "_pool", ())]
+        disown(inherited)
+        _inherited.append((self.pool, inherited))
+        self._kept = []
+        self._warm = weakref.WeakSet()
+        self._open_pool()
 
     # -- what differs from the asyncio store ---------------------------------------------
 
@@ -213,3 +232,16 @@ class PostgresStore(PostgresCalls):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_stores: weakref.WeakSet[PostgresStore] = weakref.WeakSet()
+_inherited: list[Any] = []
+"""What forked children inherited: never closed nor collected there (the parent's sessions)."""
+
+
+def _after_fork() -> None:
+    for store in list(_stores):
+        store._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork)

@@ -428,6 +428,21 @@ def sever(conn: Any) -> None:
             dup.close()
 
 
+def disown(conns: Any) -> None:
+    """In a forked child: point each inherited connection's socket at ``/dev/null``, so that
+    nothing the child does with it (closing it, or its collection sending libpq's Terminate)
+    reaches the server on the parent's session. The parent's socket is untouched."""
+    import os
+
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for conn in conns:
+            with contextlib.suppress(Exception):
+                os.dup2(null, conn.pgconn.socket)
+    finally:
+        os.close(null)
+
+
 def connection_lost(exc: BaseException) -> bool:
     """Whether ``exc`` means the connection (or the server) went away: the pool's idle
     connections are then suspect and are checked."""
