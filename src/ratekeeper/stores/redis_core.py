@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.stores import wire
+from ratekeeper.stores.options import bool_option, number_option
 from ratekeeper.stores.redis_script import Script, script_for, script_of
 from ratekeeper.stores.redis_url import RedisTarget, parse_redis_url
 
@@ -44,25 +45,6 @@ class Call:
     script: Script
 
 
-def _bool_option(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return value.lower() in ("1", "true", "yes", "on")
-    raise ConfigurationError(f"store option {name} must be true or false, got {value!r}")
-
-
-def _number_option(name: str, value: Any, kind: type, minimum: float) -> Any:
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or not number >= minimum:
-        what = "an integer" if kind is int else "a number of seconds"
-        raise ConfigurationError(f"store option {name} must be {what} >= {minimum}, got {value!r}")
-    return number
-
-
 class RedisCore:
     """Options, key naming, call planning and decoding for one Redis store."""
 
@@ -75,11 +57,11 @@ class RedisCore:
             raise ConfigurationError(
                 f"prefix {self.prefix!r} must not contain braces: the key's own hash tag follows it"
             )
-        self.timeout: float = _number_option("timeout", opts.get("timeout", 0.5), float, 0.001)
-        self.batching: bool = _bool_option("batching", opts.get("batching", True))
-        self.max_in_flight: int = _number_option("max_in_flight", opts.get("max_in_flight", 2), int, 1)
-        self.max_batch: int = _number_option("max_batch", opts.get("max_batch", 256), int, 1)
-        self.max_connections: int = _number_option("max_connections", opts.get("max_connections", 64), int, 1)
+        self.timeout: float = number_option("timeout", opts.get("timeout", 0.5), float, 0.001)
+        self.batching: bool = bool_option("batching", opts.get("batching", True))
+        self.max_in_flight: int = number_option("max_in_flight", opts.get("max_in_flight", 2), int, 1)
+        self.max_batch: int = number_option("max_batch", opts.get("max_batch", 256), int, 1)
+        self.max_connections: int = number_option("max_connections", opts.get("max_connections", 64), int, 1)
         self.cluster = target.kind == "cluster"
 
     # -- planning -------------------------------------------------------------------------
@@ -228,8 +210,9 @@ def reclaim_connections(client: Any) -> None:
     """Give each node of a redis-py asyncio Cluster client back the connections it lost.
 
     Call it only when no call of ``client`` is under way (after a failure, and before
-    closing it): then a connection of a node that is neither free nor connected was lost (redis-py 7.4's ``ClusterNode.execute_command``
-    and ``execute_pipeline`` do not release a connection whose connect or send raised). Other
+    closing it): then a connection of a node that is neither free nor connected was lost
+    (redis-py 7.4's ``ClusterNode.execute_command`` and ``execute_pipeline`` do not
+    release a connection whose connect or send raised). Other
     clients (standalone, Sentinel, the sync Cluster) have no such nodes: nothing happens.
     """
     get_nodes = getattr(client, "get_nodes", None)
