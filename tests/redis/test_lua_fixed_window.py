@@ -3,12 +3,11 @@ near 2^53, across a clock that steps back, through refunds and peeks."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from refund_reference import refund_as_stores
+from lua_traces import assert_traces_match
 
 from ratekeeper import Rule
 from ratekeeper.stores.redis import RedisStore
@@ -47,24 +46,11 @@ def test_clock_stepped_back_stays_in_the_newer_window_and_refunds_there(store: R
 
 
 def test_random_traces_decide_like_the_reference(store: RedisStore) -> None:
-    rng = random.Random(4)
-    for trial in range(12):
-        plan = Rule(
-            f"fw{trial}",
-            rng.choice([["3/7s"], ["10/s", "3/100ms"], ["4/s", "9/3s", "2/250ms"]]),
-            algorithm="fixed_window",
-        )._plan
-        now = rng.choice([1000, 1_750_000_000_123_457, NEAR_2_53 - 10**9])
-        states: dict[str, Any] = {}
-        for _ in range(40):
-            now += rng.choice([0, 17, 100_000, 999_999, 3_000_000, -5000, -1_000_000])
-            key, cost = rng.choice("ab"), rng.randint(0, 6)
-            if rng.random() < 0.15:
-                store.refund(plan, key, cost, None, now)
-                states[key] = refund_as_stores(plan, states.get(key), now, cost)  # a refund left whole forgets
-                continue
-            commit = rng.random() > 0.2
-            new, expected = plan.decide(states.get(key), now, cost, None, None)
-            if commit:
-                states[key] = new
-            assert store.decide(plan, key, cost, None, None, now, commit) == expected
+    assert_traces_match(
+        store,
+        "fixed_window",
+        seed=4,
+        limit_sets=[["3/7s"], ["10/s", "3/100ms"], ["4/s", "9/3s", "2/250ms"]],
+        starts=[1000, 1_750_000_000_123_457, NEAR_2_53 - 10**9],
+        steps=[0, 17, 100_000, 999_999, 3_000_000, -5000, -1_000_000],
+    )

@@ -4,12 +4,11 @@ back, through refunds, peeks and batches."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from refund_reference import refund_as_stores
+from lua_traces import assert_traces_match
 
 from ratekeeper import Rule
 from ratekeeper.algorithms.base import UNBOUNDED_WAIT
@@ -61,29 +60,16 @@ def test_clock_stepped_back_keeps_the_queue(store: RedisStore) -> None:
 
 
 def test_random_traces_decide_like_the_reference(store: RedisStore) -> None:
-    rng = random.Random(11)
-    for trial in range(12):
-        plan = Rule(
-            f"lb{trial}",
-            rng.choice([["3/7s"], ["10/s", "3/100ms"], ["999999/s"], ["3/7s", "2/5s", "11/13s"]]),
-            algorithm="leaky_bucket",
-            burst=rng.choice([None, 2, 5]),
-        )._plan
-        now = rng.choice([1000, 1_750_000_000_123_457, NEAR_2_53])
-        states: dict[str, Any] = {}
-        for _ in range(40):
-            now += rng.choice([0, 1, 17, 100_000, 999_999, 3_000_000, -5000, -1_000_000])
-            key, cost = rng.choice("ab"), rng.randint(0, 6)
-            if rng.random() < 0.15:
-                store.refund(plan, key, cost, None, now)
-                states[key] = refund_as_stores(plan, states.get(key), now, cost)  # a refund left whole forgets
-                continue
-            max_wait = rng.choice([None, None, 0, 500_000, UNBOUNDED_WAIT])
-            commit = rng.random() > 0.2
-            new, expected = plan.decide(states.get(key), now, cost, max_wait, None)
-            if commit:
-                states[key] = new
-            assert store.decide(plan, key, cost, max_wait, None, now, commit) == expected
+    assert_traces_match(
+        store,
+        "leaky_bucket",
+        seed=11,
+        limit_sets=[["3/7s"], ["10/s", "3/100ms"], ["999999/s"], ["3/7s", "2/5s", "11/13s"]],
+        starts=[1000, 1_750_000_000_123_457, NEAR_2_53],
+        steps=[0, 1, 17, 100_000, 999_999, 3_000_000, -5000, -1_000_000],
+        bursts=[None, 2, 5],
+        max_waits=[None, None, 0, 500_000, UNBOUNDED_WAIT],
+    )
 
 
 def test_batch_is_all_or_nothing_and_items_see_each_other(store: RedisStore) -> None:
