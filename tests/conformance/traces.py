@@ -175,7 +175,9 @@ class Trace:
 
 # --------------------------------------------------------------------------- strategies
 
-_COUNTS = st.integers(1, 10)
+_COUNTS = st.one_of(st.integers(1, 10), st.integers(1, 10), st.integers(1, 10), st.integers(100, 1000), st.just(2**20))
+"""Mostly small; sometimes large, up to 2**20 (an emission interval of a 2**20th of a µs
+scale: stores must keep their times relative, ``now * d`` is far past 2**53)."""
 _PERIODS_US = st.one_of(
     st.sampled_from([1, 2, 3, 7, 1_000, 100_000, 1_000_000, 1_100_000, 3_000_000, 7_000_000, 60_000_000, 600_000_000]),
     st.integers(1, 5_000),
@@ -196,7 +198,7 @@ STARTS = st.one_of(
 
 @st.composite
 def rule_specs(draw: st.DrawFn, algorithm: str | None = None) -> RuleSpec:
-    """A rule of ``algorithm`` (any, when None) with one to three small limits."""
+    """A rule of ``algorithm`` (any, when None) with one to three limits, mostly small."""
     name = algorithm if algorithm is not None else draw(st.sampled_from(ALGORITHM_NAMES))
     limits = []
     for _ in range(draw(st.integers(1, 3))):
