@@ -448,7 +448,7 @@ def test_a_lone_one_limit_gcra_call_runs_the_fast_function_and_every_other_call_
     store.refund(one, "k", 1)
     store.decide(two, "k", 1)
     store.decide(window, "k", 1)
-    assert statements[-8:] == ["gcra1"] * 5 + ["decide"] * 3
+    assert statements[-8:] == ["one"] * 5 + ["decide"] * 3
 
 
 def test_concurrent_first_calls_on_a_new_key_admit_exactly_the_limit(pg_url: str) -> None:

@@ -4,7 +4,7 @@ One decision is one statement, ``SELECT <schema>.<table>_decide(keys, request)``
 PL/pgSQL function that locks the rows it needs in one order, reads ``clock_timestamp()``,
 decides every op with the algorithm's function and writes back, all inside that statement
 (no lock outlives it, no read-then-write round trips); a lone GCRA call of a one-limit
-rule runs ``<table>_gcra1`` instead, the same steps without the dispatch. Statements of
+rule runs ``<table>_gcra_one`` instead, the same steps without the dispatch. Statements of
 one key are prepared by name on each connection and run through libpq directly.
 ``try_acquire_many`` is one statement too. Calls from several threads coalesce
 (``Batch``): at most ``max_in_flight`` statements are out and at most one per row; the
@@ -165,8 +165,7 @@ class PostgresStore(PostgresCalls):
 
     def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
         """Run the prepared statement ``name`` in one libpq call (PQexecPrepared: the GIL is
-        released while it waits; a third of a psycopg cursor's cost), its text reply read
-        as ``PostgresCore.text_reply``."""
+        released while it waits; a third of a psycopg cursor's cost), its reply as text."""
         encoding = conn.info.encoding
         return self._prepared_reply(conn, conn.pgconn.exec_prepared(name, [p.encode(encoding) for p in params]))
 

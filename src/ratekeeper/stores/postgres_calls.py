@@ -144,8 +144,8 @@ class PostgresCalls:
 
     @staticmethod
     def _prepared_reply(conn: Any, res: Any) -> Any:
-        """The first row of a prepared statement's result, as ``_execute`` returns it; a
-        failed one raised as psycopg raises it."""
+        """The first row of a prepared statement's result (its value as text, which
+        ``PostgresCore.decode`` reads); a failed one raised as psycopg raises it."""
         import psycopg
         from psycopg import pq
 
@@ -156,7 +156,7 @@ class PostgresCalls:
                     pgconn.get_error_message(conn.info.encoding) or "the connection was lost"
                 )
             raise psycopg.errors.error_from_result(res, conn.info.encoding)
-        return PostgresCore.text_reply(res.get_value(0, 0))
+        return (res.get_value(0, 0),)
 
     def _check_pool(self) -> None:
         """A connection died: replace the idle ones that died with it (a server restart)."""

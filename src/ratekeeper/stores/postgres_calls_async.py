@@ -149,8 +149,8 @@ class AsyncPostgresCalls:
 
     @staticmethod
     def _prepared_reply(conn: Any, res: Any) -> Any:
-        """The first row of a prepared statement's result, as ``_execute`` returns it; a
-        failed one raised as psycopg raises it."""
+        """The first row of a prepared statement's result (its value as text, which
+        ``PostgresCore.decode`` reads); a failed one raised as psycopg raises it."""
         import psycopg
         from psycopg import pq
 
@@ -161,7 +161,7 @@ class AsyncPostgresCalls:
                     pgconn.get_error_message(conn.info.encoding) or "the connection was lost"
                 )
             raise psycopg.errors.error_from_result(res, conn.info.encoding)
-        return PostgresCore.text_reply(res.get_value(0, 0))
+        return (res.get_value(0, 0),)
 
     async def _check_pool(self) -> None:
         """A connection died: replace the idle ones that died with it (a server restart)."""

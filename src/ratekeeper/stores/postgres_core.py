@@ -225,13 +225,13 @@ class PostgresCore:
         self.migrate_timeout = max(60.0, opts.timeout)
         self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text)"
         self.decide_one_sql = f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text)"
-        self.gcra_one_sql = f"SELECT {opts.schema}.{opts.table}_gcra1(%s::text, %s::text)"
+        self.gcra_one_sql = f"SELECT {opts.schema}.{opts.table}_gcra_one(%s::text, %s::text)"
         # The statements of one key, prepared by name on each connection: the sync shell runs
         # them through libpq directly (PQexecPrepared, text in and out), a third of the
         # client's cost of a psycopg cursor.
         self.prepared: dict[str, tuple[bytes, bytes]] = {
             sql: (name, sql.replace("%s", "$1", 1).replace("%s", "$2", 1).encode())
-            for name, sql in ((b"ratekeeper_gcra1", self.gcra_one_sql), (b"ratekeeper_decide1", self.decide_one_sql))
+            for name, sql in ((b"ratekeeper_gcra_one", self.gcra_one_sql), (b"ratekeeper_decide1", self.decide_one_sql))
         }
         self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
@@ -261,7 +261,7 @@ class PostgresCore:
         opts = self.options
         return (
             f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text), "
-            f"{opts.schema}.{opts.table}_gcra1(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
+            f"{opts.schema}.{opts.table}_gcra_one(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
             (keys, ",".join(fields), f"ratekeeper warm-up {tag}", ",d,1,1,1,1,1,"),
         )
 
@@ -275,7 +275,7 @@ class PostgresCore:
 
     def call(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> tuple[str, tuple[Any, ...]]:
         """The statement and parameters deciding ``ops`` in one round trip: a lone decide or
-        peek of a one-limit GCRA rule takes ``<table>_gcra1`` (the same decision without the
+        peek of a one-limit GCRA rule takes ``<table>_gcra_one`` (the same decision without the
         general function's dispatch), every other call ``<table>_decide``."""
         if len(ops) == 1:
             mode, plan, key, cost, max_wait, _ = ops[0]
@@ -295,16 +295,21 @@ class PostgresCore:
         return self.decide_sql, (keys, request)
 
     @staticmethod
-    def text_reply(value: bytes | None) -> tuple[list[int] | None]:
-        """A decision reply read as text (``{1,-1,0,0,9,10000}``), as ``decode`` takes it."""
-        if value is None:
-            return (None,)
-        inner = value[1:-1]
-        return ([int(x) for x in inner.split(b",")] if inner else [],)
-
-    @staticmethod
     def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | None]:
-        return wire.decode(ops, reply[0] if reply is not None and reply[0] is not None else ())
+        """The decisions from a statement's first row: the decide function's bigint[] (a list
+        from a cursor, ``{1,-1,...}`` as text from a prepared statement), or the GCRA fast
+        function's ``allowed,ahead`` (``gcra_reply``)."""
+        value = reply[0] if reply is not None else None
+        if value is None:
+            return wire.decode(ops, ())
+        if isinstance(value, bytes):
+            value = value.decode()
+        if isinstance(value, str):
+            if value[:1] != "{":
+                return wire.decode(ops, gcra_reply(ops[0], value))
+            inner = value[1:-1]
+            value = [int(x) for x in inner.split(",")] if inner else []
+        return wire.decode(ops, value)
 
     @staticmethod
     def many_ops(items: Sequence[Item]) -> list[wire.Op]:
@@ -324,6 +329,22 @@ def _gcra_one(plan: Plan) -> str | None:
         spec = ",".join(map(str, plan.specs[0])) if plan.algorithm.name == "gcra" and len(plan.specs) == 1 else None
         cached = _gcra_specs[id(plan)] = (plan, spec)  # the plan is kept: its id stays unique
     return cached[1]
+
+
+def gcra_reply(op: wire.Op, text: str) -> list[int]:
+    """The wire reply of a one-limit GCRA op from ``<table>_gcra_one``'s ``allowed,ahead``
+    (ahead = tat - now * d before the op): ``Gcra.decide``'s remaining steps, in Python."""
+    allowed, ahead_text = text.split(",")
+    n, d, cap, tau = op[1].specs[0]
+    ahead = int(ahead_text)
+    cost = min(op[3], MAX_COST)
+    if cost > cap:
+        return [0, 0, -1, 0, max(0, (tau - ahead) // n), -(-ahead // d)]
+    over = ahead + cost * n - tau
+    wait = -(-over // d) if over > 0 else 0
+    if allowed == "1":
+        return [1, -1, 0, wait, max(0, -over // n), -(-(over + tau) // d)]
+    return [0, 0, wait, 0, max(0, (tau - ahead) // n), -(-ahead // d)]
 
 
 def _escape_lease(lease: str) -> str:

@@ -130,10 +130,13 @@ BEGIN
 END
 $$;
 
--- @schema@.@table@_gcra1(k text, request text) RETURNS bigint[]: the fast path of the
--- commonest call, one GCRA op ("d" or "p") of a one-limit rule on one key, with the same
--- decision, reply and stored row as @table@_decide (which every other call takes), but
--- none of its parsing, slots and dispatch.
+-- @schema@.@table@_gcra_one(k text, request text) RETURNS text: the fast path of the
+-- commonest call, one GCRA op ("d" or "p") of a one-limit rule on one key: the same
+-- decision and stored row as @table@_decide (which every other call takes), without its
+-- parsing, slots and dispatch, and with the least arithmetic: it answers
+-- "<allowed 1/0>,<ahead>" (ahead = the theoretical arrival time before the op minus now,
+-- in 1/d µs: tat - now * d), from which the client computes the reply's other fields
+-- with the reference's own integer steps (postgres_core.gcra_reply).
 --   request  given now ("" = clock_timestamp()), mode, n, d, capacity, tau, cost,
 --            max_wait ("" = none), joined by commas
 -- How it stays exact: a "d" op locks its row (SELECT ... FOR UPDATE: the latest version)
@@ -141,38 +144,30 @@ $$;
 -- all in this one statement. A missing row is created by the INSERT of the admitted state
 -- (ON CONFLICT DO NOTHING); one that lost the race to create it decides again on the
 -- winner's row, with the clock read again. Nothing is written when the op is refused or
--- costs nothing, and a "p" op locks nothing. As in @table@_decide, one call in 64 also
+-- costs nothing, and a "p" op locks nothing. As in @table@_decide, one write in 64 also
 -- sweeps idle rows.
-CREATE OR REPLACE FUNCTION @schema@.@table@_gcra1(k text, request text) RETURNS bigint[]
+DROP FUNCTION IF EXISTS @schema@.@table@_gcra1(text, text);  -- its first version
+CREATE OR REPLACE FUNCTION @schema@.@table@_gcra_one(k text, request text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     a text[] := string_to_array(request, ',');
-    GRACE_US CONSTANT bigint := 1000000;
-    TEST_GRACE_US CONSTANT bigint := 86400000000;
-    EXPIRY_STEP_US CONSTANT bigint := 10000000;
-    given text := a[1];
+    given bigint := nullif(a[1], '');
     commit_ boolean := a[2] = 'd';
     n bigint := a[3];
     d bigint := a[4];
-    cap bigint := a[5];
     tau bigint := a[6];
     cost bigint := a[7];
-    mw bigint := nullif(a[8], '');
     st numeric[];
     rid tid;
     old_expires bigint;
     wall bigint;
-    now_us bigint;
     nd numeric;
-    tat numeric;
-    over numeric;
-    wait numeric := 0;
     ahead numeric;
-    reply bigint[];
+    over numeric;
     expires bigint;
 BEGIN
     IF array_length(a, 1) <> 8 THEN
-        RAISE EXCEPTION 'ratekeeper: malformed gcra1 call: % fields, expected 8', array_length(a, 1);
+        RAISE EXCEPTION 'ratekeeper: malformed gcra_one call: % fields, expected 8', array_length(a, 1);
     END IF;
     LOOP
         IF commit_ THEN
@@ -182,48 +177,36 @@ BEGIN
             SELECT t.state INTO st FROM @schema@.@table@ t WHERE t.key = k;
         END IF;
         wall := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-        now_us := CASE WHEN given = '' THEN wall ELSE given::bigint END;
-        nd := now_us::numeric * d;
-        tat := CASE WHEN st IS NULL OR st[1] < nd THEN nd ELSE st[1] END;
-        IF cost > cap THEN
-            ahead := tat - nd;
-            RETURN ARRAY[0, 0, -1, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
+        nd := coalesce(given, wall)::numeric * d;
+        ahead := greatest(st[1], nd) - nd;  -- greatest skips a NULL (no state: tat = now)
+        over := ahead + cost::numeric * n - tau;
+        IF cost > a[5]::bigint OR (over > 0 AND (a[8] = '' OR @schema@.rk_cdiv(over, d) > nullif(a[8], '')::bigint)) THEN
+            RETURN '0,' || ahead;
         END IF;
-        over := tat + cost::numeric * n - nd - tau;
-        IF over > 0 THEN
-            wait := @schema@.rk_cdiv(over, d);
-            IF mw IS NULL OR wait > mw THEN
-                ahead := tat - nd;
-                RETURN ARRAY[0, 0, wait, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
-            END IF;
-        END IF;
-        ahead := over + tau;
-        reply := ARRAY[1, -1, 0, wait, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
         IF NOT commit_ OR cost = 0 THEN
-            RETURN reply;
+            RETURN '1,' || ahead;
         END IF;
-        -- Admitted: write tat + cost * n, whole again after reset (reply[6]) µs.
-        expires := CASE WHEN given = '' THEN now_us + greatest(reply[6], 0) + GRACE_US
-                        ELSE wall + greatest(reply[6], 0) + TEST_GRACE_US END;
+        -- Admitted: write tat + cost * n, whole again after cdiv(over + tau, d) µs; the row
+        -- lives a second longer (a day by the wall clock when the call gave its now).
+        expires := CASE WHEN given IS NULL THEN wall + 1000000 ELSE wall + 86400000000 END
+                   + greatest(@schema@.rk_cdiv(over + tau, d), 0);
         IF rid IS NULL THEN
-            expires := (expires / 1000000 + 1) * 1000000 + EXPIRY_STEP_US;
             INSERT INTO @schema@.@table@ (key, state, leases, expires_at)
-            VALUES (k, ARRAY[tat + cost::numeric * n], NULL, expires) ON CONFLICT (key) DO NOTHING;
+            VALUES (k, ARRAY[nd + ahead + cost::numeric * n], NULL, (expires / 1000000 + 1) * 1000000 + 10000000)
+            ON CONFLICT (key) DO NOTHING;
             EXIT WHEN FOUND;
             CONTINUE;  -- another call created the row first: decide on it
         END IF;
-        -- Never earlier than needed; when it must move, a step further than needed (HOT updates).
-        IF expires <= old_expires THEN
-            expires := old_expires;
-        ELSE
-            expires := (expires / 1000000 + 1) * 1000000 + EXPIRY_STEP_US;
-        END IF;
-        UPDATE @schema@.@table@ SET state = ARRAY[tat + cost::numeric * n], expires_at = expires WHERE ctid = rid;
+        -- Never earlier than needed; when it must move, a step (10 s) further (HOT updates).
+        UPDATE @schema@.@table@ SET state = ARRAY[nd + ahead + cost::numeric * n],
+            expires_at = CASE WHEN expires <= old_expires THEN old_expires
+                              ELSE (expires / 1000000 + 1) * 1000000 + 10000000 END
+        WHERE ctid = rid;
         EXIT;
     END LOOP;
     IF random() < 1.0 / 64 THEN
         PERFORM @schema@.@table@_sweep(100);
     END IF;
-    RETURN reply;
+    RETURN '1,' || ahead;
 END
 $$;
