@@ -518,3 +518,19 @@ def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_session
         assert store.decide(plan, "k", 1).allowed  # the third of 3: the child's charge counted
         assert store._execute("SELECT pg_backend_pid()", (), "a check")[0] == parent_pid
         assert not store.decide(plan, "k", 1).allowed
+
+
+def test_new_keys_of_the_gcra_fast_path_sweep_idle_rows(store: PostgresStore, schema: str) -> None:
+    """A lone GCRA decision sweeps only when it creates a row (one in 8), so the sweeping
+    keeps pace with the rows created while a busy key's decisions never sweep."""
+    plan = Rule("fast-sweep", ["1000000/s"])._plan
+    for i in range(20):
+        store.decide(plan, f"idle-{i}", 1)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"UPDATE {schema}.state SET expires_at = 0")  # all idle and whole
+    idle = {wire.storage_key("", plan, f"idle-{i}") for i in range(20)}
+    for i in range(400):  # one new row in 8 sweeps: 400 all miss it with p < 1e-23
+        store.decide(plan, f"new-{i}", 1)
+        if not idle & {k for k, _ in rows(schema)}:
+            break
+    assert not idle & {k for k, _ in rows(schema)}

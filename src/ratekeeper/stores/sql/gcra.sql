@@ -144,8 +144,8 @@ $$;
 -- all in this one statement. A missing row is created by the INSERT of the admitted state
 -- (ON CONFLICT DO NOTHING); one that lost the race to create it decides again on the
 -- winner's row, with the clock read again. Nothing is written when the op is refused or
--- costs nothing, and a "p" op locks nothing. As in @table@_decide, one write in 64 also
--- sweeps idle rows.
+-- costs nothing, and a "p" op locks nothing. One new row in 8 also sweeps idle rows
+-- (@table@_decide: one call in 64).
 DROP FUNCTION IF EXISTS @schema@.@table@_gcra1(text, text);  -- its first version
 CREATE OR REPLACE FUNCTION @schema@.@table@_gcra_one(k text, request text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
@@ -194,7 +194,14 @@ BEGIN
             INSERT INTO @schema@.@table@ (key, state, leases, expires_at)
             VALUES (k, ARRAY[nd + ahead + cost::numeric * n], NULL, (expires / 1000000 + 1) * 1000000 + 10000000)
             ON CONFLICT (key) DO NOTHING;
-            EXIT WHEN FOUND;
+            IF FOUND THEN
+                -- A new row: one in 8 also sweeps up to 100 idle ones, so the sweeping keeps
+                -- pace with the rows created and a busy key's decisions never sweep.
+                IF random() < 1.0 / 8 THEN
+                    PERFORM @schema@.@table@_sweep(100);
+                END IF;
+                EXIT;
+            END IF;
             CONTINUE;  -- another call created the row first: decide on it
         END IF;
         -- Never earlier than needed; when it must move, a step (10 s) further (HOT updates).
@@ -204,9 +211,6 @@ BEGIN
         WHERE ctid = rid;
         EXIT;
     END LOOP;
-    IF random() < 1.0 / 64 THEN
-        PERFORM @schema@.@table@_sweep(100);
-    END IF;
     RETURN '1,' || ahead;
 END
 $$;
