@@ -31,6 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.stores import wire
+from ratekeeper.stores.options import bool_option, number_option
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -90,25 +91,6 @@ MAX_COST = 1 << 62
 """Costs above this are sent as this: every capacity is smaller, so the decision is the same."""
 
 
-def _bool_option(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-        return value.lower() in ("1", "true", "yes", "on")
-    raise ConfigurationError(f"store option {name} must be true or false, got {value!r}")
-
-
-def _number_option(name: str, value: Any, kind: type, minimum: float) -> Any:
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        number = None
-    if number is None or isinstance(value, bool) or not number >= minimum:
-        what = "an integer" if kind is int else "a number of seconds"
-        raise ConfigurationError(f"store option {name} must be {what} >= {minimum}, got {value!r}")
-    return number
-
-
 def _identifier(name: str, value: Any) -> str:
     if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
         raise ConfigurationError(
@@ -151,21 +133,21 @@ class PostgresOptions:
         ours.update(options)
         self.schema: str = _identifier("schema", ours.get("schema", "ratekeeper"))
         self.table: str = _identifier("table", ours.get("table", "state"))
-        self.unlogged: bool = _bool_option("unlogged", ours.get("unlogged", False))
-        self.timeout: float = _number_option("timeout", ours.get("timeout", 1.0), float, 0.001)
-        self.min_size: int = _number_option("min_size", ours.get("min_size", 1), int, 0)
-        self.max_size: int = _number_option("max_size", ours.get("max_size", 10), int, 1)
+        self.unlogged: bool = bool_option("unlogged", ours.get("unlogged", False))
+        self.timeout: float = number_option("timeout", ours.get("timeout", 1.0), float, 0.001)
+        self.min_size: int = number_option("min_size", ours.get("min_size", 1), int, 0)
+        self.max_size: int = number_option("max_size", ours.get("max_size", 10), int, 1)
         if self.max_size < self.min_size:
             raise ConfigurationError(f"store option max_size ({self.max_size}) must be >= min_size ({self.min_size})")
         prefix = ours.get("prefix", "")
         if not isinstance(prefix, str):
             raise ConfigurationError(f"store option prefix must be a str, got {prefix!r}")
         self.prefix: str = prefix
-        self.batching: bool = _bool_option("batching", ours.get("batching", True))
+        self.batching: bool = bool_option("batching", ours.get("batching", True))
         # Default: one statement per pooled connection, so a caller with a connection free
         # (and its row idle) never waits for another's statement.
-        self.max_in_flight: int = _number_option("max_in_flight", ours.get("max_in_flight", self.max_size), int, 1)
-        self.synchronous_commit: bool = _bool_option("synchronous_commit", ours.get("synchronous_commit", False))
+        self.max_in_flight: int = number_option("max_in_flight", ours.get("max_in_flight", self.max_size), int, 1)
+        self.synchronous_commit: bool = bool_option("synchronous_commit", ours.get("synchronous_commit", False))
         self.conninfo: str = urlunsplit(parts._replace(query=urlencode(libpq)))
 
     def connection_kwargs(self) -> dict[str, Any]:
