@@ -41,15 +41,20 @@ def test_every_cell_has_a_positive_rate_and_latencies(tiny: bench.PostgresBenchR
     assert wrong == []
 
 
-def test_ratekeeper_never_over_admits_the_hot_key_and_admits_every_call_on_many_keys(
+def test_ratekeeper_never_over_admits_the_hot_key_and_admits_nearly_every_call_on_many_keys(
     tiny: bench.PostgresBenchResult,
 ) -> None:
+    """On many keys a key comes back about every 30 ms under a limit of one per 10 ms, so
+    nearly every call is admitted; not every one: 16 threads share one key cycle on 2 cores,
+    and a thread that stalls between taking its key and sending it can meet the next
+    round's call for that key within 10 ms, which is then rightly refused."""
     hot = tiny.cell("ratekeeper", "hot_key")
     many = tiny.cell("ratekeeper", "many_keys")
     assert hot is not None and many is not None
     assert hot.sample.errors == 0 and many.sample.errors == 0
     assert 0 < hot.sample.allowed <= hot.expected
-    assert many.sample.allowed == many.expected == many.sample.calls
+    assert many.expected == many.sample.calls
+    assert 0.99 * many.sample.calls <= many.sample.allowed <= many.sample.calls
 
 
 def test_markdown_has_a_table_per_scenario_comparing_ratekeeper_with_the_best_strategy(
