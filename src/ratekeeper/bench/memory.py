@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ratekeeper.bench import report
+from ratekeeper.bench.options import add_common_options, choose, count, describe
 from ratekeeper.bench.peers import (
     LIBRARIES,
     LIBRARY_ALIASES,
@@ -334,23 +335,6 @@ def _thread_errors(sink: list[str], step: Callable[[], str]) -> Iterator[None]:
         threading.excepthook = previous
 
 
-def _describe(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("|", "/").replace("\n", " ")
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _choose(values: Sequence[str] | None, known: Sequence[str], what: str) -> tuple[str, ...]:
-    if not values:
-        return tuple(known)
-    chosen: list[str] = []
-    for value in values:
-        if value not in known:
-            raise ValueError(f"unknown {what} {value!r}; choose from: {', '.join(known)}")
-        if value not in chosen:
-            chosen.append(value)
-    return tuple(v for v in known if v in chosen)
-
-
 def run_memory_bench(
     duration: float,
     scenarios: list[str] | None,
@@ -374,9 +358,9 @@ def run_memory_bench(
         raise ValueError(f"duration must be positive, got {duration!r}")
     if keys < 1 or memory_keys < 0:
         raise ValueError("keys must be at least 1 and memory_keys at least 0")
-    chosen_scenarios = _choose(scenarios, tuple(SCENARIOS), "scenario")
+    chosen_scenarios = choose(scenarios, tuple(SCENARIOS), "scenario")
     named = [LIBRARY_ALIASES.get(lib, lib) for lib in libraries or ()]
-    chosen_libraries = _choose(["ratekeeper", *named] if named else None, LIBRARIES, "library")
+    chosen_libraries = choose(["ratekeeper", *named] if named else None, LIBRARIES, "library")
 
     result = BenchResult(
         duration=duration,
@@ -393,7 +377,7 @@ def run_memory_bench(
             found = subjects(library)
             result.versions[library] = library_version(library)
         except ImportError as exc:
-            result.skipped[library] = f"cannot import it: {_describe(exc)}"
+            result.skipped[library] = f"cannot import it: {describe(exc)}"
             continue
         measured += found
         result.calls.update({(s.library, s.algorithm): s.how for s in found})
@@ -428,8 +412,8 @@ def run_memory_bench(
                         summary = f"{rate} decisions/s, {share} allowed"
                 except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
                     where = "memory" if scenario is None else scenario.name
-                    result.failures.append(Failure(subject.library, subject.algorithm, where, _describe(exc)))
-                    bar.note(f"{current}: failed: {_describe(exc)}")
+                    result.failures.append(Failure(subject.library, subject.algorithm, where, describe(exc)))
+                    bar.note(f"{current}: failed: {describe(exc)}")
                     summary = "failed"
                 bar.finish(current, summary)
                 gc.collect()
@@ -444,37 +428,15 @@ def run_memory_bench(
 # -- command line -------------------------------------------------------------------------
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
-    return value
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``ratekeeper bench memory`` to ``parser``."""
-    parser.add_argument(
-        "--duration",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help=f"seconds per cell (default {DEFAULT_DURATION:g}; {QUICK_DURATION:g} with --quick)",
+    add_common_options(
+        parser,
+        duration=DEFAULT_DURATION,
+        quick_duration=QUICK_DURATION,
+        keys=DEFAULT_KEYS,
+        quick_keys=QUICK_KEYS,
+        keys_help="keys of the many_keys scenarios",
     )
     parser.add_argument(
         "--scenario",
@@ -492,24 +454,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"compare only with this library (repeatable): {', '.join(LIBRARIES[1:])}; ratekeeper always runs",
     )
-    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
-    parser.add_argument("--quick", action="store_true", help="tiny duration and key counts, for tests")
-    parser.add_argument(
-        "--keys",
-        type=_count(1),
-        default=None,
-        metavar="N",
-        help=f"keys of the many_keys scenarios (default {DEFAULT_KEYS:,}; {QUICK_KEYS:,} with --quick)",
-    )
     parser.add_argument(
         "--memory-keys",
-        type=_count(0),
+        type=count(0),
         default=None,
         metavar="N",
         help=f"idle keys for bytes per key, 0 to skip "
         f"(default {DEFAULT_MEMORY_KEYS:,}; {QUICK_MEMORY_KEYS:,} with --quick)",
     )
-    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
 
 
 def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> BenchResult:

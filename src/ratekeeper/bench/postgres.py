@@ -37,12 +37,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 from ratekeeper.bench import report
 from ratekeeper.bench.latency import Sample, Target, time_threads
-from ratekeeper.bench.memory import _choose, _count, _describe, _positive_float
+from ratekeeper.bench.options import add_common_options, choose, count, describe
 from ratekeeper.bench.peers import library_version
 from ratekeeper.bench.postgres_peers import SUBJECTS, Load, PgSubject, limit_text
 
@@ -193,8 +192,8 @@ def run_postgres_bench(
     if settings.duration <= 0 or settings.keys < 1 or settings.workers < 1:
         raise ValueError("duration must be positive, keys and workers at least 1")
     names = tuple(s.name for s in SUBJECTS)
-    chosen_scenarios = _choose(scenarios, SCENARIOS, "scenario")
-    chosen = _choose(["ratekeeper", *subjects] if subjects else None, names, "subject")
+    chosen_scenarios = choose(scenarios, SCENARIOS, "scenario")
+    chosen = choose(["ratekeeper", *subjects] if subjects else None, names, "subject")
     schema = f"rkbench_{os.getpid()}_{secrets.token_hex(3)}"
     result = PostgresBenchResult(
         settings=settings,
@@ -242,8 +241,8 @@ def run_postgres_bench(
                 if s.first_error:
                     summary += f" ({s.first_error})"
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
-                result.failures.append((label, _describe(exc)))
-                bar.note(f"{label}: failed: {_describe(exc)}")
+                result.failures.append((label, describe(exc)))
+                bar.note(f"{label}: failed: {describe(exc)}")
                 summary = "failed"
             bar.finish(label, summary)
     finally:
@@ -335,23 +334,12 @@ def render_markdown(result: PostgresBenchResult) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``ratekeeper bench postgres`` to ``parser``."""
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the database to use (default {DEFAULT_URL})")
-    parser.add_argument(
-        "--duration",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help=f"seconds per cell (default {DEFAULT_DURATION:g}; {QUICK_DURATION:g} with --quick)",
-    )
-    parser.add_argument(
-        "--keys",
-        type=_count(1),
-        default=None,
-        metavar="N",
-        help=f"keys of the many_keys scenario (default {DEFAULT_KEYS:,}; {QUICK_KEYS:,} with --quick)",
+    add_common_options(
+        parser, duration=DEFAULT_DURATION, quick_duration=QUICK_DURATION, keys=DEFAULT_KEYS, quick_keys=QUICK_KEYS
     )
     parser.add_argument(
         "--workers",
-        type=_count(1),
+        type=count(1),
         default=DEFAULT_WORKERS,
         metavar="N",
         help=f"concurrent threads and connections (default {DEFAULT_WORKERS})",
@@ -378,9 +366,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"compare only with this one (repeatable): {', '.join(names)}; ratekeeper always runs",
     )
-    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
-    parser.add_argument("--quick", action="store_true", help="tiny duration and key count, for tests")
-    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
 
 
 def bench_from_args(

@@ -44,12 +44,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, TextIO
 
 from ratekeeper.bench import report
 from ratekeeper.bench.latency import Sample, Target, time_sync, time_tasks
-from ratekeeper.bench.memory import _choose, _count, _describe, _positive_float
+from ratekeeper.bench.options import add_common_options, choose, count, describe
 from ratekeeper.bench.peers import LimitSpec, library_version
 from ratekeeper.bench.redis_peers import (
     LIBRARIES,
@@ -229,7 +228,7 @@ def _hammer_worker(library: str, algorithm: str, target: Target, key: str, start
                 except Exception as exc:  # noqa: BLE001 - counted and reported
                     errors[i] += 1
                     if not first:
-                        first.append(_describe(exc))
+                        first.append(describe(exc))
 
         time.sleep(max(0.0, start_at - time.time()))
         threads = [threading.Thread(target=thread, args=(i,)) for i in range(HAMMER_THREADS)]
@@ -324,8 +323,8 @@ def run_redis_bench(
     progress_stream: TextIO | None = None,
 ) -> RedisBenchResult:
     """Measure everything chosen on the Redis at ``settings.url``; delete its keys at the end."""
-    chosen_scenarios = _choose(scenarios, SCENARIOS, "scenario")
-    chosen_libraries = _choose(["ratekeeper", *libraries] if libraries else None, LIBRARIES, "library")
+    chosen_scenarios = choose(scenarios, SCENARIOS, "scenario")
+    chosen_libraries = choose(["ratekeeper", *libraries] if libraries else None, LIBRARIES, "library")
     root = f"rkbench:{os.getpid()}-{secrets.token_hex(3)}:"
     result = RedisBenchResult(
         url=settings.url,
@@ -352,7 +351,7 @@ def run_redis_bench(
             found = subjects(library)
             result.versions[library] = library_version(library)
         except ImportError as exc:
-            result.skipped[library] = f"cannot import it: {_describe(exc)}"
+            result.skipped[library] = f"cannot import it: {describe(exc)}"
             continue
         measured += found
     result.calls.update({(s.library, s.algorithm): s.how for s in measured})
@@ -407,8 +406,8 @@ def run_redis_bench(
                     result.hammer.append(ham)
                     summary = f"{ham.admitted} admitted of {ham.expected} expected, {ham.errors} errors"
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
-                result.failures.append((label, _describe(exc)))
-                bar.note(f"{label}: failed: {_describe(exc)}")
+                result.failures.append((label, describe(exc)))
+                bar.note(f"{label}: failed: {describe(exc)}")
                 summary = "failed"
             bar.finish(label, summary)
     finally:
@@ -566,26 +565,15 @@ def render_markdown(result: RedisBenchResult) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``ratekeeper bench redis`` to ``parser``."""
     parser.add_argument("--url", default=DEFAULT_URL, help=f"the Redis to use (default {DEFAULT_URL})")
-    parser.add_argument(
-        "--duration",
-        type=_positive_float,
-        default=None,
-        metavar="SECONDS",
-        help=f"seconds per cell (default {DEFAULT_DURATION:g}; {QUICK_DURATION:g} with --quick)",
+    add_common_options(
+        parser, duration=DEFAULT_DURATION, quick_duration=QUICK_DURATION, keys=DEFAULT_KEYS, quick_keys=QUICK_KEYS
     )
     parser.add_argument(
-        "--keys",
-        type=_count(1),
-        default=None,
-        metavar="N",
-        help=f"keys of the many_keys scenario (default {DEFAULT_KEYS:,}; {QUICK_KEYS:,} with --quick)",
-    )
-    parser.add_argument(
-        "--tasks", type=_count(1), default=DEFAULT_TASKS, metavar="N", help=f"asyncio tasks (default {DEFAULT_TASKS})"
+        "--tasks", type=count(1), default=DEFAULT_TASKS, metavar="N", help=f"asyncio tasks (default {DEFAULT_TASKS})"
     )
     parser.add_argument(
         "--rounds",
-        type=_count(1),
+        type=count(1),
         default=1,
         metavar="N",
         help="run every cell N times, interleaved, and report the median round (default 1)",
@@ -608,9 +596,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-hammer", action="store_false", dest="hammer", help="skip the 8-process hammer")
     parser.add_argument("--no-coalescing", action="store_false", dest="coalescing", help="skip the coalescing cells")
-    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
-    parser.add_argument("--quick", action="store_true", help="tiny duration and key count, for tests")
-    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
 
 
 def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> RedisBenchResult:

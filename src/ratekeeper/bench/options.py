@@ -1,0 +1,85 @@
+"""What every ``ratekeeper bench`` command shares: its common options and their parsers."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+__all__ = ["add_common_options", "choose", "count", "describe", "positive_float"]
+
+
+def describe(exc: BaseException) -> str:
+    """An exception in one table-safe line of at most 160 characters."""
+    text = f"{type(exc).__name__}: {exc}".replace("|", "/").replace("\n", " ")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def choose(values: Sequence[str] | None, known: Sequence[str], what: str) -> tuple[str, ...]:
+    """The ``values`` asked for (all of ``known`` when none), in ``known``'s order, once each."""
+    if not values:
+        return tuple(known)
+    chosen: list[str] = []
+    for value in values:
+        if value not in known:
+            raise ValueError(f"unknown {what} {value!r}; choose from: {', '.join(known)}")
+        if value not in chosen:
+            chosen.append(value)
+    return tuple(v for v in known if v in chosen)
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def count(minimum: int) -> Callable[[str], int]:
+    """argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def add_common_options(
+    parser: argparse.ArgumentParser,
+    *,
+    duration: float,
+    quick_duration: float,
+    keys: int,
+    quick_keys: int,
+    keys_help: str = "keys of the many_keys scenario",
+) -> None:
+    """``--duration``, ``--keys``, ``--markdown``, ``--quick`` and ``--no-progress``, as every
+    bench command takes them (``--duration`` and ``--keys`` default to None: the command
+    picks its default or its ``--quick`` value)."""
+    parser.add_argument(
+        "--duration",
+        type=positive_float,
+        default=None,
+        metavar="SECONDS",
+        help=f"seconds per cell (default {duration:g}; {quick_duration:g} with --quick)",
+    )
+    parser.add_argument(
+        "--keys",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help=f"{keys_help} (default {keys:,}; {quick_keys:,} with --quick)",
+    )
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
+    parser.add_argument("--quick", action="store_true", help="tiny duration and key counts, for tests")
+    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
