@@ -13,11 +13,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
 
+import fault_load
+from fault_load import load, threads_through
 from ratekeeper import AsyncLimiter, Decision, Limiter, Rule, StoreError, StoreTimeout
 from ratekeeper.breaker import CLOSED, OPEN, CircuitBreaker
 from ratekeeper.stores import wire
@@ -56,28 +59,7 @@ def limiter_on(
     return Limiter(store, on_error=on_error, breaker=CircuitBreaker(failures, cool_down=COOL_DOWN)), store
 
 
-def timed(limiter: Limiter, rule: Rule, key: str) -> tuple[Decision, float]:
-    start = time.monotonic()
-    decision = limiter.try_acquire(rule, key)
-    return decision, time.monotonic() - start
-
-
-def load(limiter: Limiter, rule: Rule, calls: int) -> tuple[list[Decision], float]:
-    """``calls`` decisions over a few keys; the decisions and the slowest call's seconds."""
-    results = [timed(limiter, rule, f"user-{i % 7}") for i in range(calls)]
-    return [d for d, _ in results], max(s for _, s in results)
-
-
-def wait_for_store(limiter: Limiter, rule: Rule) -> Decision:
-    """Ask until the store itself decides again (bounded)."""
-    deadline = time.monotonic() + RECOVERY
-    while time.monotonic() < deadline:
-        decision, took = timed(limiter, rule, "recovery")
-        assert took <= TIMEOUT + MARGIN, f"a call took {took:.3f}s while the server came back"
-        if decision.fallback is None:
-            return decision
-        time.sleep(0.05)
-    raise AssertionError(f"the store was not used again within {RECOVERY}s; breaker {limiter.breaker}")
+wait_for_store = partial(fault_load.wait_for_store, recovery=RECOVERY, bound=TIMEOUT + MARGIN)
 
 
 def stored(server: PostgresServer, prefix: str, rule: Rule, key: str) -> bool:
@@ -201,39 +183,17 @@ def test_restart_mid_load_from_threads_no_error_reaches_the_callers(
     """
     server = fresh_postgres_server
     limiter, _ = limiter_on(server, key_prefix, "allow")
-    stop = threading.Event()
-    slowest: list[float] = []
-    errors: list[BaseException] = []
-    seen: list[set[str | None]] = []
 
-    def worker(n: int) -> None:
-        worst, kinds = 0.0, set()
-        try:
-            while not stop.is_set():
-                decision, took = timed(limiter, RULE, f"t{n}")
-                worst = max(worst, took)
-                kinds.add(decision.fallback)
-                time.sleep(0.002)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        slowest.append(worst)
-        seen.append(kinds)
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    def disrupt() -> None:
         time.sleep(0.3)
         server.restart(mode="immediate")
         wait_for_store(limiter, RULE)
         time.sleep(0.3)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(RECOVERY)
+
+    errors, slowest, seen = threads_through(limiter, RULE, disrupt, join=RECOVERY)
     assert [] == errors
     assert max(slowest) <= 2 * TIMEOUT + MARGIN, f"a call took {max(slowest):.3f}s"
-    assert None in set().union(*seen)
+    assert None in seen
     assert CLOSED == limiter.breaker.state
     limiter.close()
 

@@ -11,12 +11,14 @@ dead store, and the same limiter uses the store again once it is back.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 
+import fault_load
+from fault_load import load, threads_through, timed
 from ratekeeper import AsyncLimiter, Decision, Limiter, Rule, StoreError
 from ratekeeper.breaker import CLOSED, OPEN, CircuitBreaker
 from ratekeeper.stores.redis import RedisStore
@@ -63,27 +65,7 @@ def limiter_on(
     return Limiter(store, on_error=on_error, breaker=breaker), store
 
 
-def timed(limiter: Limiter, rule: Rule, key: str, cost: int = 1) -> tuple[Decision, float]:
-    start = time.monotonic()
-    decision = limiter.try_acquire(rule, key, cost)
-    return decision, time.monotonic() - start
-
-
-def load(limiter: Limiter, rule: Rule, calls: int) -> tuple[list[Decision], float]:
-    """``calls`` decisions over a few keys; the decisions and the slowest call's seconds."""
-    results = [timed(limiter, rule, f"user-{i % 7}") for i in range(calls)]
-    return [d for d, _ in results], max(s for _, s in results)
-
-
-def wait_for_store(limiter: Limiter, rule: Rule) -> Decision:
-    """Ask until the store itself decides again (bounded): the breaker's probe succeeded."""
-    deadline = time.monotonic() + RECOVERY
-    while time.monotonic() < deadline:
-        decision = limiter.try_acquire(rule, "recovery")
-        if decision.fallback is None:
-            return decision
-        time.sleep(0.05)
-    raise AssertionError(f"the store was not used again within {RECOVERY}s; breaker {limiter.breaker}")
+wait_for_store = partial(fault_load.wait_for_store, recovery=RECOVERY)
 
 
 def test_killed_server_the_policy_answers_fast_and_the_breaker_stops_calling_it(
@@ -176,41 +158,19 @@ def test_restart_mid_load_from_threads_no_error_reaches_the_callers_and_the_stor
     bound for a thread is two timeouts plus the margin.
     """
     limiter, _ = limiter_on(redis_server, key_prefix, "allow")
-    stop = threading.Event()
-    slowest: list[float] = []
-    errors: list[BaseException] = []
-    seen: list[set[str | None]] = []
 
-    def worker(n: int) -> None:
-        worst, kinds = 0.0, set()
-        try:
-            while not stop.is_set():
-                decision, took = timed(limiter, RULE, f"t{n}")
-                worst = max(worst, took)
-                kinds.add(decision.fallback)
-                time.sleep(0.002)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        slowest.append(worst)
-        seen.append(kinds)
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(4)]
-    for t in threads:
-        t.start()
-    try:
+    def disrupt() -> None:
         time.sleep(0.2)
         redis_server.stop()
         time.sleep(0.5)  # longer than the client's own reconnect retries: the policy must answer
         redis_server.start()
         wait_for_store(limiter, RULE)
         time.sleep(0.2)
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(RECOVERY)
+
+    errors, slowest, seen = threads_through(limiter, RULE, disrupt, join=RECOVERY)
     assert [] == errors
     assert max(slowest) <= 2 * TIMEOUT + MARGIN, f"a call took {max(slowest):.3f}s"
-    assert set().union(*seen) >= {None, "allow"}  # the store, then the policy, then the store
+    assert seen >= {None, "allow"}  # the store, then the policy, then the store
     assert CLOSED == limiter.breaker.state
     limiter.close()
 
