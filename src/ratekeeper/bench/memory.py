@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ratekeeper.bench import report
-from ratekeeper.bench.options import add_common_options, choose, count, describe
+from ratekeeper.bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper.bench.peers import (
     LIBRARIES,
     LIBRARY_ALIASES,
@@ -486,10 +486,7 @@ def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: Text
 
 def run(args: argparse.Namespace) -> int:
     """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a cell failed."""
-    result = bench_from_args(args, sys.stdout)
-    if args.markdown is not None:
-        args.markdown.write_text(result.to_markdown(), encoding="utf-8")
-    return 1 if result.failures else 0
+    return finish(bench_from_args(args, sys.stdout), args.markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
-__all__ = ["add_common_options", "choose", "count", "describe", "positive_float"]
+__all__ = ["add_common_options", "choose", "count", "describe", "finish", "positive_float"]
 
 
 def describe(exc: BaseException) -> str:
@@ -83,3 +84,11 @@ def add_common_options(
     parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
     parser.add_argument("--quick", action="store_true", help="tiny duration and key counts, for tests")
     parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+
+
+def finish(result: Any, markdown: Path | None) -> int:
+    """Write ``result``'s tables to ``markdown`` when asked; the exit status: 1 if a cell or
+    step failed, else 0."""
+    if markdown is not None:
+        markdown.write_text(result.to_markdown(), encoding="utf-8")
+    return 1 if result.failures else 0

@@ -48,7 +48,7 @@ from typing import Any, TextIO
 
 from ratekeeper.bench import report
 from ratekeeper.bench.latency import Sample, Target, time_sync, time_tasks
-from ratekeeper.bench.options import add_common_options, choose, count, describe
+from ratekeeper.bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper.bench.peers import LimitSpec, library_version
 from ratekeeper.bench.redis_peers import (
     LIBRARIES,
@@ -617,10 +617,7 @@ def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: Text
 
 def run(args: argparse.Namespace) -> int:
     """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a step failed."""
-    result = bench_from_args(args, sys.stdout)
-    if args.markdown is not None:
-        args.markdown.write_text(result.to_markdown(), encoding="utf-8")
-    return 1 if result.failures else 0
+    return finish(bench_from_args(args, sys.stdout), args.markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
