@@ -365,3 +365,30 @@ def test_lease_with_a_timeout_waits_for_a_release() -> None:
         assert 0 == limiter.peek(rule, "k", 0).remaining
     assert [0.001, 0.002, 0.004] == clock.slept
     assert 1 == limiter.peek(rule, "k", 0).remaining
+
+
+@pytest.mark.parametrize("timeout", [math.inf, math.nan])
+def test_acquire_with_non_finite_timeout_is_handled(timeout: float) -> None:
+    """acquire(timeout=inf) waits as long as it takes (as None does) and timeout=NaN is
+    refused with InvalidRequest: neither reaches the waiting logic as a number it cannot
+    round."""
+    limiter = Limiter(clock=FakeClock())
+    rule = Rule("r", ["10/s"])
+    try:
+        d = limiter.acquire(rule, "k", timeout=timeout)
+    except InvalidRequest:
+        return
+    assert d.allowed
+
+
+def test_reused_lease_context_manager_releases_its_slot() -> None:
+    """A Lease entered a second time releases its slot on the second exit too (a leaked slot
+    would stay taken until the lease expires, here 5 minutes)."""
+    limiter = Limiter(clock=FakeClock())
+    jobs = Rule("jobs", ["1/5minutes"], algorithm="concurrency")
+    lease = limiter.lease(jobs, "tenant")
+    with lease:
+        pass
+    with lease:
+        pass
+    assert limiter.try_acquire(jobs, "tenant"), "the second use of the lease was never released"

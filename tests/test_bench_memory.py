@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ratekeeper.bench import memory, report
-from ratekeeper.bench.peers import LIBRARIES, subjects
+from ratekeeper_bench import memory, report
+from ratekeeper_bench.peers import LIBRARIES, subjects
 
 
 @pytest.fixture(scope="module")

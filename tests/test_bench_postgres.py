@@ -9,8 +9,8 @@ import io
 import psycopg
 import pytest
 
-from ratekeeper.bench import postgres as bench
-from ratekeeper.bench.postgres_peers import SUBJECTS
+from ratekeeper_bench import postgres as bench
+from ratekeeper_bench.postgres_peers import SUBJECTS
 
 pytestmark = pytest.mark.postgres
 

@@ -9,9 +9,9 @@ import io
 import pytest
 import redis as redis_py
 
-from ratekeeper.bench import redis as bench
-from ratekeeper.bench.latency import Sample, percentile, time_sync
-from ratekeeper.bench.redis_peers import LIBRARIES, floor_subjects, subjects
+from ratekeeper_bench import redis as bench
+from ratekeeper_bench.latency import Sample, percentile, time_sync
+from ratekeeper_bench.redis_peers import LIBRARIES, floor_subjects, subjects
 
 
 def test_percentile_is_the_nearest_rank_in_microseconds() -> None:

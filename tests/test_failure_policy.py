@@ -16,10 +16,10 @@ import pytest
 
 from ratekeeper import AsyncLimiter, ConfigurationError, Decision, Limiter, Rule, StoreError, StoreTimeout
 from ratekeeper.algorithms.base import Plan
-from ratekeeper.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
 from ratekeeper.errors import CircuitOpen
-from ratekeeper.failure import POLICIES, FailurePolicy
-from ratekeeper.stores.base import Item
+from ratekeeper.limiter.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from ratekeeper.limiter.failure import POLICIES, FailurePolicy
+from ratekeeper.op import Op
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import FakeClock
 
@@ -42,26 +42,17 @@ class FlakyStore:
             error = type(self.fail)(str(self.fail))
             raise error from ConnectionRefusedError("connection refused")
 
-    def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision:
+    def decide(self, op: Op, now: int | None = None) -> Decision:
         self._enter()
-        return self.memory.decide(plan, key, cost, max_wait, lease_id, now, commit)
+        return self.memory.decide(op, now)
 
-    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
+    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
         self._enter()
-        return self.memory.decide_many(items, now)
+        return self.memory.decide_many(ops, now)
 
-    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> None:
         self._enter()
-        self.memory.refund(plan, key, cost, lease_id, now)
+        self.memory.refund(op, now)
 
     def reset(self, plan: Plan, key: str) -> None:
         self._enter()
@@ -78,26 +69,15 @@ class AsyncFlakyStore:
         self.sync = FlakyStore(clock)
         self.clock = clock
 
-    async def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision:
+    async def decide(self, op: Op, now: int | None = None) -> Decision:
         await asyncio.sleep(0)
-        return self.sync.decide(plan, key, cost, max_wait, lease_id, now, commit)
+        return self.sync.decide(op, now)
 
-    async def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
-        return self.sync.decide_many(items, now)
+    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        return self.sync.decide_many(ops, now)
 
-    async def refund(
-        self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None
-    ) -> None:
-        self.sync.refund(plan, key, cost, lease_id, now)
+    async def refund(self, op: Op, now: int | None = None) -> None:
+        self.sync.refund(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:
         self.sync.reset(plan, key)
@@ -134,7 +114,7 @@ def test_allow_admits_as_a_whole_key_would_and_marks_the_fallback() -> None:
     decision = limiter.try_acquire(LOGIN, "u1", cost=2)
     _, whole = LOGIN.plan.decide(None, clock.now_us(), 2, None, None)
     assert (True, 1, "allow") == (decision.allowed, decision.remaining, decision.fallback)
-    assert tuple(whole) == tuple(decision[:9])
+    assert whole.with_fallback("allow") == decision
     assert decision != whole  # a fallback is never equal to a store's decision
     assert 1 == limiter.failures.count("login", cause="timeout", outcome="allow")
 
@@ -162,11 +142,11 @@ def test_local_decides_with_the_same_rule_on_a_private_memory_store() -> None:
     reference = MemoryStore(clock=clock)
     store.fail = DOWN
     got = [limiter.try_acquire(LOGIN, "u1") for _ in range(4)]
-    want = [reference.decide(LOGIN.plan, "u1", 1) for _ in range(4)]
-    assert [tuple(w) for w in want] == [tuple(g[:9]) for g in got]
+    want = [reference.decide(Op.decide(LOGIN.plan, "u1", 1)) for _ in range(4)]
+    assert [w.with_fallback("local") for w in want] == got
     assert [True, True, True, False] == [bool(g) for g in got]
     assert {"local"} == {g.fallback for g in got}
-    assert 3 == store.memory.decide(LOGIN.plan, "u1", 0, commit=False).remaining  # the store saw nothing
+    assert 3 == store.memory.decide(Op.peek(LOGIN.plan, "u1", 0)).remaining  # the store saw nothing
 
 
 def test_local_peek_charges_nothing() -> None:

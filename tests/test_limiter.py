@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from enum import StrEnum
 
 import pytest
 
@@ -651,3 +652,18 @@ def test_decorator_needs_a_rule(limiter: Limiter) -> None:
     with pytest.raises(ConfigurationError) as excinfo:
         limiter.limit("5/s")  # type: ignore[arg-type]
     assert "limit() needs a Rule" in str(excinfo.value)
+
+
+class Tier(StrEnum):
+    GOLD = "gold"
+
+
+def test_str_subclass_key_error_does_not_blame_the_cost() -> None:
+    """A key of a str subclass (a StrEnum member) is refused for what it is, the key's type,
+    never with a message about the cost."""
+    limiter = Limiter(clock=FakeClock())
+    rule = Rule("r", ["10/s"])
+    try:
+        limiter.try_acquire(rule, Tier.GOLD)
+    except InvalidRequest as exc:
+        assert "cost" not in str(exc), str(exc)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import pytest
 
 from ratekeeper import AsyncLimiter, ConfigurationError, Limiter, MemoryStore, Rule
+from ratekeeper.op import Op
 from ratekeeper.testing import FakeClock
 
 EXACT = ["fixed_window", "sliding_window_log", "token_bucket", "gcra", "leaky_bucket", "concurrency"]
@@ -283,3 +284,64 @@ def test_a_hundred_asyncio_tasks_on_one_key_admit_exactly_the_limit(algorithm: s
             return results
 
     assert 250 == sum(asyncio.run(main()))
+
+
+def test_reservation_survives_sweep_after_key_moves_generation() -> None:
+    """A reservation keeps its key through the expiry sweep, even after a refusal moved the key
+    to the young generation: five queued acquire() slots reach +6 s, so at +2.2 s (two
+    sweeps later) a further 10 is still refused instead of being admitted a full burst."""
+    clock = FakeClock()
+    limiter = Limiter(clock=clock)
+    rule = Rule("r", ["10/s"], algorithm="gcra")  # horizon 1 s
+    assert limiter.try_acquire(rule, "k", 10)
+    for _ in range(5):  # five acquire() callers each reserve the next slot: the last runs at +5 s
+        d = limiter.store.decide(Op.decide(rule.plan, "k", 10, 10_000_000))
+        assert d.allowed and d.delay > 0
+    clock.advance(1.1)
+    limiter.try_acquire(rule, "other")  # runs the sweep: k's generation is set aside
+    assert not limiter.try_acquire(rule, "k", 10)  # refused; k moves to the young generation
+    clock.advance(1.1)
+    limiter.try_acquire(rule, "other")  # runs the sweep again
+    # Reservations are booked until +6 s; at +2.2 s a further 10 must still be refused.
+    assert not limiter.try_acquire(rule, "k", 10)
+
+
+def test_reservation_survives_sweep_when_its_store_rotates_the_generation() -> None:
+    """A reservation made by a decision that rotates the stripe's generations (the key moves
+    young, the young generation fills and becomes the old one) still holds the key: the
+    sweep one horizon later keeps it until the reservation has passed."""
+    clock = FakeClock()
+    store = MemoryStore(max_keys=4, stripes=1, clock=clock)  # 2 keys per generation
+    limiter = Limiter(store)
+    rule = Rule("r", ["10/s"], algorithm="gcra")  # horizon 1 s
+    assert limiter.try_acquire(rule, "b", 10)
+    limiter.try_acquire(rule, "a")  # young {b, a} is full: rotates to old
+    limiter.try_acquire(rule, "c")  # young {c}
+    d = store.decide(Op.decide(rule.plan, "b", 10, 5_000_000))  # b moves to young -> full -> rotates
+    assert d.allowed and d.delay_us == 1_000_000  # b's next slot is booked until +2 s
+    clock.advance(1.5)
+    limiter.try_acquire(rule, "zzz")  # runs the sweep
+    assert not limiter.try_acquire(rule, "b", 10), "b's reservation was forgotten by the sweep"
+
+
+def test_cost_zero_batch_stores_nothing() -> None:
+    """A batch of cost 0 on a never-seen key stores nothing (README: "a request of cost 0
+    stores nothing"), so probes never count against max_keys nor evict charged keys."""
+    limiter = Limiter(clock=FakeClock())
+    rule = Rule("r", ["10/s"])
+    assert limiter.try_acquire_many([(rule, "probe", 0)])
+    assert limiter.store.key_count() == 0
+
+
+def test_try_acquire_many_alone_lets_idle_keys_expire() -> None:
+    """Idle keys expire when the application only calls try_acquire_many: batches run the
+    once-a-second sweep as single decisions do, so memory follows the active keys."""
+    clock = FakeClock()
+    limiter = Limiter(clock=clock)
+    rule = Rule("r", ["1000/s"])  # horizon 1 s
+    for i in range(100):
+        assert limiter.try_acquire_many([(rule, f"user-{i}"), (rule, "*")])
+    for _ in range(5):  # every key is whole after 1 s; go well past two horizons
+        clock.advance(2)
+        limiter.try_acquire_many([(rule, "*")])
+    assert limiter.store.key_count() <= 1

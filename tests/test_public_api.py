@@ -25,6 +25,8 @@ def test_exported_names_are_pinned() -> None:
         "LimitStats",
         "Limiter",
         "MemoryStore",
+        "Observer",
+        "Op",
         "Quota",
         "RateKeeperError",
         "RateLimitExceeded",

@@ -497,3 +497,63 @@ def test_closing_a_quota_leaves_no_unclosed_event_loop(monkeypatch: pytest.Monke
     del quota
     gc.collect()
     assert [] == [u for u in unraisable if "unclosed" in u]
+
+
+def _quota_limiter(answer: str) -> tuple[FakeClock, Quota, Limiter]:
+    clock = FakeClock()
+    quota = Quota(lambda key: [answer], ttl=3600, clock=clock)
+    return clock, quota, Limiter(clock=clock)
+
+
+def test_gcra_quota_with_other_scale_does_not_lock_key_out() -> None:
+    """A quota answer that changes a GCRA key's scale (failsafe 3/s, then 10/s: other units
+    of the stored time) starts the key afresh instead of reading the old state in the new
+    units, which would lock the key out for about twice the clock's value."""
+    clock, quota, limiter = _quota_limiter("10/s")
+    rule = Rule("api", ["3/s"], algorithm="gcra", quota=quota)
+    try:
+        assert limiter.try_acquire(rule, "k")  # failsafe 3/s; starts the lookup
+        assert quota.wait_idle()
+        clock.advance(5)  # idle far longer than either period
+        d = limiter.try_acquire(rule, "k")
+        assert d.allowed, d
+    finally:
+        quota.close()
+
+
+def test_fixed_window_quota_with_other_period_rolls_its_window() -> None:
+    """A quota answer that changes a fixed window's period (10/s, then 100/minute) counts in
+    the new period's windows: the window resets within a minute and a new minute admits
+    again (the old window number must not read as "the clock stepped back")."""
+    clock, quota, limiter = _quota_limiter("100/minute")
+    rule = Rule("api", ["10/s"], algorithm="fixed_window", quota=quota)
+    try:
+        assert limiter.try_acquire(rule, "k")
+        assert quota.wait_idle()
+        d = limiter.try_acquire(rule, "k", 99)
+        assert d.allowed
+        assert d.reset_after <= 60, d
+        clock.advance(61)
+        assert limiter.try_acquire(rule, "k"), "a new minute must admit again"
+    finally:
+        quota.close()
+
+
+def test_quota_lookup_cancelled_with_its_loop_is_not_pending_forever() -> None:
+    """An async provider's lookup cancelled with its event loop (asyncio.run() ends) frees
+    its pending slot: the key is looked up again later and wait_idle() succeeds."""
+    clock = FakeClock()
+
+    async def slow_provider(key: str) -> list[str]:
+        await asyncio.sleep(3600)
+        return ["1/s"]
+
+    quota = Quota(slow_provider, clock=clock)
+    rule = Rule("api", ["5/s"], quota=quota)
+
+    async def once() -> None:
+        async with AsyncLimiter(clock=clock) as limiter:
+            await limiter.try_acquire(rule, "k")
+
+    asyncio.run(once())  # the lookup task is cancelled when the loop shuts down
+    assert quota.wait_idle(timeout=0.5), f"lookup still pending: {quota._pending}"

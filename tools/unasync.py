@@ -20,18 +20,18 @@ PACKAGE = ROOT / "src" / "ratekeeper"
 # (asyncio source, blocking target, the target's docstring's first line)
 PAIRS: list[tuple[Path, Path, str]] = [
     (
-        PACKAGE / "async_limiter.py",
-        PACKAGE / "limiter.py",
+        PACKAGE / "limiter" / "async_limiter.py",
+        PACKAGE / "limiter" / "limiter.py",
         "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.",
     ),
     (
-        PACKAGE / "stores" / "redis_calls_async.py",
-        PACKAGE / "stores" / "redis_calls.py",
+        PACKAGE / "stores" / "redis" / "calls_async.py",
+        PACKAGE / "stores" / "redis" / "calls.py",
         "What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.",
     ),
     (
-        PACKAGE / "stores" / "postgres_calls_async.py",
-        PACKAGE / "stores" / "postgres_calls.py",
+        PACKAGE / "stores" / "postgres" / "calls_async.py",
+        PACKAGE / "stores" / "postgres" / "calls.py",
         "What the blocking PostgreSQL store runs and how: connections, statements, the schema, errors.",
     ),
 ]
@@ -55,6 +55,7 @@ RULES: list[tuple[str, str]] = [
     (r"\basync with ", "with "),
     (r"\basync_client\b", "sync_client"),
     (r"\bAsyncLease\b", "Lease"),
+    (r"\bAsyncObservedStore\b", "ObservedStore"),
     (r"\bAsyncStore \| Store\b", "Store"),
     (r"\bAsyncStore\b", "Store"),
     (r"\bopen_async_store\b", "open_store"),

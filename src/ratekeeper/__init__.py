@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 from ratekeeper.algorithms import ALGORITHMS
-from ratekeeper.async_limiter import AsyncLimiter
 from ratekeeper.clock import Clock, SystemClock
 from ratekeeper.decision import BatchDecision, Decision, LimitStats
 from ratekeeper.errors import (
@@ -26,9 +25,12 @@ from ratekeeper.errors import (
     StoreError,
     StoreTimeout,
 )
-from ratekeeper.lease import AsyncLease, Lease
 from ratekeeper.limit import Limit
-from ratekeeper.limiter import Limiter
+from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.lease import AsyncLease, Lease
+from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.observer import Observer
+from ratekeeper.op import Op
 from ratekeeper.quota import UNLIMITED, Quota
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
 from ratekeeper.stores.memory import MemoryStore
@@ -51,6 +53,8 @@ __all__ = [
     "LimitStats",
     "Limiter",
     "MemoryStore",
+    "Observer",
+    "Op",
     "Quota",
     "RateKeeperError",
     "RateLimitExceeded",

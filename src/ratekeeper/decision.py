@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -53,9 +54,26 @@ class Decision(tuple[Any, ...]):
     - ``limits``: one ``LimitStats`` per limit, in the rule's order.
     - ``lease_id``: for concurrency rules, the lease to release.
     - ``fallback``: the failure policy that answered when the store failed, else None.
+
+    The layout is fixed: ten fields, always, in the order of ``FIELDS`` (a tuple, so
+    the algorithms build one without a Python-level constructor). Read it by name;
+    ``with_fallback`` and ``without_lease`` give changed copies.
     """
 
     __slots__ = ()
+
+    FIELDS = (
+        "rule",
+        "rule_limits",
+        "allowed",
+        "denied_index",
+        "retry_us",
+        "delay_us",
+        "remaining_each",
+        "reset_us",
+        "lease_id",
+        "fallback",
+    )
 
     @classmethod
     def make(
@@ -69,50 +87,56 @@ class Decision(tuple[Any, ...]):
         remaining: tuple[int, ...],
         reset_us: tuple[int, ...],
         lease_id: str | None = None,
+        fallback: str | None = None,
     ) -> Decision:
-        return cls((rule, limits, allowed, denied_index, retry_us, delay_us, remaining, reset_us, lease_id))
+        return cls((rule, limits, allowed, denied_index, retry_us, delay_us, remaining, reset_us, lease_id, fallback))
 
-    @property
-    def rule(self) -> str:
-        return self[0]  # type: ignore[no-any-return]
+    if TYPE_CHECKING:
 
-    @property
-    def rule_limits(self) -> tuple[Limit, ...]:
-        return self[1]  # type: ignore[no-any-return]
+        @property
+        def rule(self) -> str: ...
+        @property
+        def rule_limits(self) -> tuple[Limit, ...]: ...
+        @property
+        def allowed(self) -> bool: ...
+        @property
+        def denied_index(self) -> int: ...
+        @property
+        def retry_us(self) -> int: ...
+        @property
+        def delay_us(self) -> int: ...
+        @property
+        def remaining_each(self) -> tuple[int, ...]: ...
+        @property
+        def reset_us(self) -> tuple[int, ...]: ...
+        @property
+        def lease_id(self) -> str | None: ...
+        @property
+        def fallback(self) -> str | None: ...
 
-    @property
-    def allowed(self) -> bool:
-        return self[2]  # type: ignore[no-any-return]
+    else:
+        # C-level getters: the stores and the web layer read these per request
+        rule = property(itemgetter(0), doc="the rule's name")
+        rule_limits = property(itemgetter(1), doc="the rule's limits (empty for an unlimited key)")
+        allowed = property(itemgetter(2), doc="whether the request may proceed")
+        denied_index = property(itemgetter(3), doc="the index of the refusing limit, -1 when allowed")
+        retry_us = property(itemgetter(4), doc="µs until this cost could be admitted; INFINITE when never")
+        delay_us = property(itemgetter(5), doc="µs to wait before proceeding though admitted")
+        remaining_each = property(itemgetter(6), doc="what each limit still admits")
+        reset_us = property(itemgetter(7), doc="µs until each limit is whole again")
+        lease_id = property(itemgetter(8), doc="the lease to release (concurrency), else None")
+        fallback = property(
+            itemgetter(9),
+            doc="the failure policy that answered because the store failed (allow, deny, local), else None",
+        )
 
-    @property
-    def denied_index(self) -> int:
-        return self[3]  # type: ignore[no-any-return]
+    def with_fallback(self, policy: str) -> Decision:
+        """This decision, marked as answered by the failure policy ``policy``."""
+        return Decision((*self[:9], policy))
 
-    @property
-    def retry_us(self) -> int:
-        return self[4]  # type: ignore[no-any-return]
-
-    @property
-    def delay_us(self) -> int:
-        return self[5]  # type: ignore[no-any-return]
-
-    @property
-    def remaining_each(self) -> tuple[int, ...]:
-        return self[6]  # type: ignore[no-any-return]
-
-    @property
-    def reset_us(self) -> tuple[int, ...]:
-        return self[7]  # type: ignore[no-any-return]
-
-    @property
-    def lease_id(self) -> str | None:
-        return self[8]  # type: ignore[no-any-return]
-
-    @property
-    def fallback(self) -> str | None:
-        """The failure policy that answered because the store failed (``"allow"``, ``"deny"``
-        or ``"local"``); None when the store decided. See ``ratekeeper.failure``."""
-        return self[9] if len(self) > 9 else None
+    def without_lease(self) -> Decision:
+        """This decision without its lease id (nothing was charged, so no lease is held)."""
+        return Decision((*self[:8], None, self[9]))
 
     def __bool__(self) -> bool:
         return self[2]  # type: ignore[no-any-return]
@@ -181,7 +205,7 @@ class Decision(tuple[Any, ...]):
         state = "allowed" if self[2] else f"denied by {self.denied_by}"
         extra = f", delay={self.delay:.6f}" if self[5] else ""
         lease = f", lease_id={self[8]!r}" if self[8] else ""
-        fallback = f", fallback={self[9]!r}" if len(self) > 9 else ""
+        fallback = f", fallback={self[9]!r}" if self[9] else ""
         return (
             f"<Decision {self[0]!r} {state}: remaining={self.remaining}, retry_after={self.retry_after:.6f}, "
             f"reset_after={self.reset_after:.6f}{extra}{lease}{fallback}>"
@@ -203,7 +227,7 @@ class Decision(tuple[Any, ...]):
                 for s in self.limits
             ],
             **({"lease_id": self.lease_id} if self.lease_id else {}),
-            **({"fallback": self[9]} if len(self) > 9 else {}),
+            **({"fallback": self[9]} if self[9] else {}),
         }
 
 

@@ -6,18 +6,27 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.failure import check_policy
 from ratekeeper.limit import Limit
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Algorithm, Plan
     from ratekeeper.quota import Quota
 
-__all__ = ["DEFAULT_ALGORITHM", "MAX_KEY_LENGTH", "Rule"]
+__all__ = ["DEFAULT_ALGORITHM", "MAX_KEY_LENGTH", "POLICIES", "Rule", "check_policy"]
 
 DEFAULT_ALGORITHM = "gcra"
 MAX_KEY_LENGTH = 512
 """The longest key (in characters) a call may pass; longer keys are refused."""
+
+POLICIES = ("allow", "deny", "local", "raise")
+"""The values of ``on_error`` (a limiter's, or a rule's override; ``ratekeeper.limiter.failure``)."""
+
+
+def check_policy(value: object, where: str) -> str:
+    """``value`` if it names a failure policy, else a ``ConfigurationError`` listing them."""
+    if type(value) is not str or value not in POLICIES:
+        raise ConfigurationError(f"{where}: on_error must be one of {', '.join(map(repr, POLICIES))}, got {value!r}")
+    return value
 
 
 class Rule:
@@ -29,7 +38,7 @@ class Rule:
     makes the limits per key, fetched from a provider; ``limits`` is then the failsafe
     used until the provider's first answer. ``on_error`` overrides the limiter's failure
     policy for this rule (``"allow"``, ``"deny"``, ``"local"`` or ``"raise"``; see
-    ``ratekeeper.failure``); None uses the limiter's.
+    ``ratekeeper.limiter.failure``); None uses the limiter's.
 
     Two rules are equal when their name, limits, algorithm and ``on_error`` are; the hash
     leaves ``on_error`` out (equal rules still hash alike).

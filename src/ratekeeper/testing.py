@@ -1,11 +1,17 @@
-"""Helpers for tests, yours and ours: a clock that only moves when told to."""
+"""Helpers for tests, yours and ours: a clock that only moves when told to, and an observer
+that keeps every report."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from typing import TYPE_CHECKING
 
-__all__ = ["FakeClock"]
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+    from ratekeeper.errors import StoreError
+
+__all__ = ["FakeClock", "RecordingObserver"]
 
 
 class FakeClock:
@@ -40,3 +46,22 @@ class FakeClock:
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
         await asyncio.sleep(0)
+
+
+class RecordingObserver:
+    """An ``Observer`` (``ratekeeper.limiter.observer``) that keeps every report in order:
+    ``decisions``, ``store_calls`` (seconds, error) and ``breaker_changes`` (old, new)."""
+
+    def __init__(self) -> None:
+        self.decisions: list[Decision] = []
+        self.store_calls: list[tuple[float, StoreError | None]] = []
+        self.breaker_changes: list[tuple[str, str]] = []
+
+    def decided(self, decision: Decision) -> None:
+        self.decisions.append(decision)
+
+    def store_call(self, seconds: float, error: StoreError | None) -> None:
+        self.store_calls.append((seconds, error))
+
+    def breaker_changed(self, old: str, new: str) -> None:
+        self.breaker_changes.append((old, new))

@@ -90,9 +90,10 @@ def _warm_up(harness: StoreHarness) -> None:
     """One peek before any example: a pool fills itself in a background thread, and
     psycopg_pool draws from the global ``random`` there (connection expiry jitter), which
     hypothesis would blame on the strategy that happened to be drawing at that moment."""
+    from ratekeeper.op import Op
     from ratekeeper.rule import Rule
 
-    harness.call("decide", Rule("conformance-warm-up", ["1/second"])._plan, "warm-up", 1, None, None, None, False)
+    harness.call("decide", Op.peek(Rule("conformance-warm-up", ["1/second"]).plan, "warm-up", 1))
     wait = getattr(getattr(harness.store, "pool", None), "wait", None)
     if wait is not None:  # psycopg_pool: until every min_size connection is open
         waited = wait()

@@ -19,6 +19,7 @@ import pytest
 from conformance.harness import StoreHarness
 from conformance.traces import ALGORITHM_NAMES, EPOCH_US
 from ratekeeper.decision import Decision
+from ratekeeper.op import Op
 from ratekeeper.rule import Rule
 
 CALLERS = 12
@@ -57,7 +58,7 @@ def _concurrently(harness: StoreHarness, calls: list[tuple[Any, ...]]) -> list[D
 @pytest.mark.parametrize("algorithm", ALGORITHM_NAMES)
 def test_concurrent_calls_on_one_key_decide_as_serial_calls(harness: StoreHarness, algorithm: str) -> None:
     tag = harness.tag()
-    plan = Rule(f"{tag}.coalesced", [LIMIT], algorithm)._plan
+    plan = Rule(f"{tag}.coalesced", [LIMIT], algorithm).plan
     key = f"{tag}.hot"
     now = EPOCH_US
     leases = [f"{tag}.lease{i}" if plan.leases else None for i in range(CALLERS)]
@@ -67,13 +68,13 @@ def test_concurrent_calls_on_one_key_decide_as_serial_calls(harness: StoreHarnes
     for lease in leases:
         state, decision = plan.algorithm.decide(plan, state, now, 1, None, lease)
         serial.append(decision)
-    got = _concurrently(harness, [(plan, key, 1, None, lease, now, True) for lease in leases])
+    got = _concurrently(harness, [(Op.decide(plan, key, 1, None, lease), now) for lease in leases])
 
-    def without_lease(d: Decision) -> tuple[Any, ...]:
-        return tuple(d[:8])
+    def without_lease(d: Decision) -> Decision:
+        return d.without_lease()
 
     assert sorted(map(without_lease, got), key=repr) == sorted(map(without_lease, serial), key=repr)
     for decision, lease in zip(got, leases, strict=True):
         assert decision.lease_id == (lease if decision.allowed else None)
     _, expected_peek = plan.algorithm.decide(plan, state, now, 1, None, None)
-    assert harness.call("decide", plan, key, 1, None, None, now, False) == expected_peek
+    assert harness.call("decide", Op.peek(plan, key, 1), now) == expected_peek

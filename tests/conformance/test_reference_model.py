@@ -44,13 +44,13 @@ class KeepsEverything:
 
     def call(self, method: str, *args: Any) -> Any:
         if method == "decide":
-            plan, key, cost, max_wait, lease, now, commit = args
+            (_, plan, key, cost, max_wait, lease), now = args
             new, decision = plan.algorithm.decide(plan, self.states.get((plan.table, key)), now, cost, max_wait, lease)
-            if commit:
+            if args[0].charges:
                 self.states[(plan.table, key)] = new
             return decision
         if method == "refund":
-            plan, key, cost, lease, now = args
+            (_, plan, key, cost, _, lease), now = args
             state = self.states.get((plan.table, key))
             if state is not None:
                 self.states[(plan.table, key)] = plan.algorithm.refund(plan, state, now, cost, lease)
@@ -82,7 +82,7 @@ def test_a_store_may_forget_a_state_once_it_is_whole_even_if_the_clock_steps_bac
 def test_a_store_that_forgets_a_state_before_it_is_whole_fails() -> None:
     def forget_everything(store: MemoryStore, method: str, args: Sequence[Any], result: Any) -> Any:
         if method == "decide":
-            store.reset(args[0], args[1])
+            store.reset(args[0].plan, args[0].key)
         return result
 
     with pytest.raises(Disagreement, match=r"op #3 Acquire.*\n    allowed: store True, reference False"):
@@ -106,8 +106,8 @@ def test_a_store_answering_a_float_for_an_integer_field_fails() -> None:
 def test_a_store_that_charges_a_refused_batch_fails() -> None:
     def charge_anyway(store: MemoryStore, method: str, args: Sequence[Any], result: Any) -> Any:
         if method == "decide_many" and not all(d.allowed for d in result):
-            for plan, key, cost, lease in args[0]:
-                store.decide(plan, key, cost, None, lease, args[1], True)
+            for op in args[0]:
+                store.decide(op, args[1])
         return result
 
     with pytest.raises(Disagreement, match=r"op #3 Acquire"):

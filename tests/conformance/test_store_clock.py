@@ -18,6 +18,7 @@ import pytest
 
 from conformance.harness import StoreHarness
 from conformance.traces import ALGORITHM_NAMES
+from ratekeeper.op import Op
 from ratekeeper.rule import Rule
 
 LIMIT = "3/7s"  # a fractional emission interval (7/3 s per unit)
@@ -37,16 +38,16 @@ def test_a_decision_on_the_store_clock_is_the_reference_at_an_instant_between_tw
     harness: StoreHarness, algorithm: str
 ) -> None:
     tag = harness.tag()
-    plan = Rule(f"{tag}.clock", [LIMIT], algorithm)._plan
+    plan = Rule(f"{tag}.clock", [LIMIT], algorithm).plan
     key = f"{tag}.k"
     lease = f"{tag}.lease" if plan.leases else None
     read = _clock(harness)
 
     before = read()
-    got = harness.call("decide", plan, key, 1, None, lease, None, True)
+    got = harness.call("decide", Op.decide(plan, key, 1, None, lease))
     after = read()
     later = after + 1_000_000
-    seen = harness.call("decide", plan, key, 1, None, None, later, False)
+    seen = harness.call("decide", Op.peek(plan, key, 1), later)
 
     instants = []
     for t in range(before, after + 1):

@@ -29,6 +29,7 @@ from ratekeeper.algorithms import ALGORITHMS
 from ratekeeper.algorithms.base import UNBOUNDED_WAIT, Plan
 from ratekeeper.decision import Decision
 from ratekeeper.limit import Limit
+from ratekeeper.op import Op as StoreOp
 from ratekeeper.rule import Rule
 
 __all__ = [
@@ -495,37 +496,39 @@ class Session:
             self.reference.latest = max(self.reference.latest, target)
             self.history[-1] += f" -> now={target}"
         elif isinstance(op, Acquire):
-            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
             lease = f"{self.tag}.lease{self.count}" if plan.leases else None
-            got = self.call("decide", plan, key, op.cost, op.max_wait, lease, self.now, True)
+            got = self.call("decide", StoreOp.decide(plan, key, op.cost, op.max_wait, lease), self.now)
             self.compare(op, got, self.reference.decide(plan, key, op.cost, op.max_wait, lease, self.now, True, got))
             if got.lease_id is not None:
                 self.leases.setdefault((op.rule, op.key), []).append(got.lease_id)
         elif isinstance(op, Peek):
-            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
-            got = self.call("decide", plan, key, op.cost, None, None, self.now, False)
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
+            got = self.call("decide", StoreOp.peek(plan, key, op.cost), self.now)
             self.compare(op, got, self.reference.decide(plan, key, op.cost, None, None, self.now, False, got))
         elif isinstance(op, Refund):
-            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
             self.reference.refund(plan, key, op.cost, None, self.now)
-            self.call("refund", plan, key, op.cost, None, self.now)
+            self.call("refund", StoreOp.refund(plan, key, op.cost), self.now)
         elif isinstance(op, Release):
-            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
             held = self.leases.get((op.rule, op.key))
             lease = held[op.lease % len(held)] if held else f"{self.tag}.unknown-lease"
             self.history[-1] += f" releases {lease!r}"
             self.reference.refund(plan, key, 0, lease, self.now)
-            self.call("refund", plan, key, 0, lease, self.now)
+            self.call("refund", StoreOp.refund(plan, key, 0, lease), self.now)
         elif isinstance(op, Reset):
-            plan, key = self.rules[op.rule]._plan, self.keys[op.key]
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
             self.reference.reset(plan, key)
             self.call("reset", plan, key)
         else:
             items = []
             for n, (i, k, cost) in enumerate(op.items):
-                plan = self.rules[i]._plan
+                plan = self.rules[i].plan
                 items.append((plan, self.keys[k], cost, f"{self.tag}.lease{self.count}.{n}" if plan.leases else None))
-            got_all = tuple(self.call("decide_many", items, self.now))
+            got_all = tuple(
+                self.call("decide_many", [StoreOp.decide(p, k, c, None, le) for p, k, c, le in items], self.now)
+            )
             self.compare(op, got_all, self.reference.decide_many(items, self.now, got_all))
             if all(d.allowed for d in got_all):
                 for (i, k, _), d in zip(op.items, got_all, strict=True):

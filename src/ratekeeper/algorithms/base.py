@@ -52,7 +52,7 @@ def later(a: int, b: int) -> bool:
 class Plan:
     """What an algorithm precomputes for one rule's limits: reused by every decision."""
 
-    __slots__ = ("algorithm", "decide", "horizon", "leases", "limits", "name", "specs", "table")
+    __slots__ = ("algorithm", "decide", "derived", "horizon", "leases", "limits", "name", "specs", "table")
 
     def __init__(self, algorithm: Algorithm, name: str, limits: tuple[Limit, ...], specs: tuple[Any, ...]) -> None:
         self.algorithm = algorithm
@@ -66,6 +66,10 @@ class Plan:
         # when it would not (see ``Algorithm.scale``).
         self.table = "\x1f".join([name, algorithm.name, *map(str, algorithm.scale(self))])
         self.decide: Decider = algorithm.compile(self)
+        # What a store derives from this plan once (its wire fields, a statement's
+        # parameters), kept here so that it is forgotten with the plan: a store-wide cache
+        # keyed by plan would keep every plan of every rules reload alive.
+        self.derived: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"Plan({self.algorithm.name}, {self.name!r}, {[str(x) for x in self.limits]})"

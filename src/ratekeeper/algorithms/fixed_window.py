@@ -81,9 +81,13 @@ class FixedWindow(Algorithm):
             if total <= limit:
                 if cost:
                     state = (window, total)
-                return state, Decision((name, limits, True, -1, 0, 0, (limit - total,), (end if total else 0,), None))
+                return state, Decision(
+                    (name, limits, True, -1, 0, 0, (limit - total,), (end if total else 0,), None, None)
+                )
             retry = INFINITE if cost > limit else end
-            return state, Decision((name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None))
+            return state, Decision(
+                (name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None, None)
+            )
 
         return decide_one
 

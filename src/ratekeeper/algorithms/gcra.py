@@ -102,21 +102,22 @@ class Gcra(Algorithm):
                         (remaining if remaining > 0 else 0,),
                         (-(-ahead // d),),
                         None,
+                        None,
                     ),
                 )
             if over <= 0:
                 ahead = new - nd
                 return new if cost else state, Decision(
-                    (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None)
+                    (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None, None)
                 )
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
-                return new, Decision((name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None))
+                return new, Decision((name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None, None))
             ahead = tat - nd
             remaining = (tau - ahead) // n
             return state, Decision(
-                (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None),
+                (name, limits, False, 0, wait, 0, (remaining if remaining > 0 else 0,), (-(-ahead // d),), None, None),
             )
 
         return decide_one

@@ -100,14 +100,14 @@ class LeakyBucket(Gcra):
                 ahead = tat - nd
                 left = (tau - ahead) // n
                 return state, Decision(
-                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-(-ahead // d),), None)
+                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-(-ahead // d),), None, None)
                 )
             if cost:
                 tat += cost * n
             ahead = tat - nd
             left = (tau - ahead) // n
             decision = Decision(
-                (name, limits, True, -1, 0, queued, (left if left > 0 else 0,), (-(-ahead // d),), None)
+                (name, limits, True, -1, 0, queued, (left if left > 0 else 0,), (-(-ahead // d),), None, None)
             )
             return (tat if cost else state), decision
 

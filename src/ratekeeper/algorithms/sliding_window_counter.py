@@ -128,11 +128,13 @@ class SlidingWindowCounter(Algorithm):
                 retry = _retry(prev, curr, start, period, cost, limit, now)
                 left = floor(limit - (estimate + 0))
                 reset = _whole_after(window, period, now, prev, curr)
-                return state, Decision((name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None))
+                return state, Decision(
+                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None, None)
+                )
             left = floor(limit - (estimate + cost))
             current = curr + cost
             reset = _whole_after(window, period, now, prev, current)
-            decision = Decision((name, limits, True, -1, 0, 0, (left if left > 0 else 0,), (reset,), None))
+            decision = Decision((name, limits, True, -1, 0, 0, (left if left > 0 else 0,), (reset,), None, None))
             return ((window, prev, current) if cost else state), decision
 
         return decide_one

@@ -125,12 +125,12 @@ class SlidingWindowLog(Algorithm):
                 else:
                     retry = times[bisect_left(totals, total + cost - limit, live, end)] + period - now
                 reset = newest + period - now if used > 0 else 0
-                return state, Decision((name, limits, False, 0, retry, 0, (limit - used,), (reset,), None))
+                return state, Decision((name, limits, False, 0, retry, 0, (limit - used,), (reset,), None, None))
             if cost:
                 state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
             used += cost
             reset = newest + period - now if used > 0 else 0
-            return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (reset,), None))
+            return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (reset,), None, None))
 
         return decide_one
 

@@ -121,6 +121,7 @@ class TokenBucket(Algorithm):
                         ((level // n) if level > 0 else 0,),
                         (-((level - full) // d),),
                         None,
+                        None,
                     ),
                 )
             wait = 0 if level >= need else -((level - need) // d)
@@ -137,10 +138,22 @@ class TokenBucket(Algorithm):
                         ((level // n) if level > 0 else 0,),
                         (-((level - full) // d),),
                         None,
+                        None,
                     ),
                 )
             return state, Decision(
-                (name, limits, False, 0, wait, 0, ((level // n) if level > 0 else 0,), (-((level - full) // d),), None),
+                (
+                    name,
+                    limits,
+                    False,
+                    0,
+                    wait,
+                    0,
+                    ((level // n) if level > 0 else 0,),
+                    (-((level - full) // d),),
+                    None,
+                    None,
+                ),
             )
 
         return decide_one

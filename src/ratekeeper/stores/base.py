@@ -1,4 +1,10 @@
-"""The ``Store`` role: what the limiters ask of a store."""
+"""The ``Store`` role: what the limiters ask of a store.
+
+Every request is an ``Op`` (``ratekeeper.op``): ``decide`` takes a DECIDE or PEEK op,
+``refund`` a REFUND op, ``decide_many`` a list of DECIDE ops charged all or nothing.
+``now`` (µs on the store's clock) is for tests and the conformance suite; None means the
+store's own clock.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +14,9 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
+    from ratekeeper.op import Op
 
-__all__ = ["AsyncStore", "InProcessAsync", "Item", "Store"]
-
-Item = tuple["Plan", str, int, "str | None"]
-"""One part of an all-or-nothing batch: (plan, key, cost, lease id)."""
+__all__ = ["AsyncStore", "InProcessAsync", "InProcessStore", "Store"]
 
 
 class Store(Protocol):
@@ -21,25 +25,18 @@ class Store(Protocol):
     An implementation guarantees: each call is atomic for its keys (no interleaving with
     another call on the same key); ``decide`` gives exactly the decision the rule's
     reference algorithm gives on the stored state at the store's ``now`` (or at the
-    ``now`` passed, for tests); ``decide_many`` charges every item or none; nothing is
-    charged by ``commit=False``; state is kept at least until it is whole again, unless
-    a documented bound (``max_keys``) evicts it.
+    ``now`` passed, for tests); ``decide_many`` charges every op or none; a PEEK op
+    charges nothing; state is kept at least until it is whole again, unless a documented
+    bound (``max_keys``) evicts it. A store that fails raises ``StoreError``
+    (``StoreTimeout`` when it did not answer in time), never another exception of its
+    client library, and a failure of one caller's op never reaches another caller.
     """
 
-    def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision: ...
+    def decide(self, op: Op, now: int | None = None) -> Decision: ...
 
-    def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]: ...
+    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]: ...
 
-    def refund(self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None) -> None: ...
+    def refund(self, op: Op, now: int | None = None) -> None: ...
 
     def reset(self, plan: Plan, key: str) -> None: ...
 
@@ -49,58 +46,56 @@ class Store(Protocol):
 class AsyncStore(Protocol):
     """The asyncio twin of ``Store``: the same guarantees, awaited."""
 
-    async def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision: ...
+    async def decide(self, op: Op, now: int | None = None) -> Decision: ...
 
-    async def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]: ...
+    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]: ...
 
-    async def refund(
-        self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None
-    ) -> None: ...
+    async def refund(self, op: Op, now: int | None = None) -> None: ...
 
     async def reset(self, plan: Plan, key: str) -> None: ...
 
     async def aclose(self) -> None: ...
 
 
+class InProcessStore(Store, Protocol):
+    """A ``Store`` that decides in this process without I/O (``in_process`` is True): the
+    limiters' hot path calls ``decide_fields(mode, plan, key, cost, max_wait, lease_id,
+    now)``, the fields of an ``Op`` as arguments, which must answer as ``decide(op, now)``."""
+
+    in_process: bool
+
+    def decide_fields(
+        self,
+        mode: str,
+        plan: Plan,
+        key: str,
+        cost: int,
+        max_wait: int | None,
+        lease_id: str | None,
+        now: int | None = None,
+    ) -> Decision: ...
+
+
 class InProcessAsync:
     """An ``AsyncStore`` over a store that decides in this process without I/O (memory).
 
     Its calls hold a lock for microseconds and never wait on a socket, so they run on
-    the event loop directly.
+    the event loop directly. ``sync`` is the store itself: ``AsyncLimiter`` calls its
+    ``decide_fields`` without a coroutine in between (see ``InProcessStore``).
     """
 
     def __init__(self, store: Store) -> None:
         self.sync = store
         self.clock = getattr(store, "clock", None)
 
-    async def decide(
-        self,
-        plan: Plan,
-        key: str,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-        now: int | None = None,
-        commit: bool = True,
-    ) -> Decision:
-        return self.sync.decide(plan, key, cost, max_wait, lease_id, now, commit)
+    async def decide(self, op: Op, now: int | None = None) -> Decision:
+        return self.sync.decide(op, now)
 
-    async def decide_many(self, items: Sequence[Item], now: int | None = None) -> tuple[Decision, ...]:
-        return self.sync.decide_many(items, now)
+    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        return self.sync.decide_many(ops, now)
 
-    async def refund(
-        self, plan: Plan, key: str, cost: int, lease_id: str | None = None, now: int | None = None
-    ) -> None:
-        self.sync.refund(plan, key, cost, lease_id, now)
+    async def refund(self, op: Op, now: int | None = None) -> None:
+        self.sync.refund(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:
         self.sync.reset(plan, key)

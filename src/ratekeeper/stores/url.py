@@ -1,16 +1,20 @@
-"""Store URLs: ``memory://`` now; the server stores register their schemes here."""
+"""Store URLs: which store a URL names, opened for a blocking or an asyncio limiter."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import parse_qsl, urlsplit
 
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.stores.base import AsyncStore, InProcessAsync, Store
-from ratekeeper.stores.postgres_core import POSTGRES_SCHEMES
-from ratekeeper.stores.redis_url import REDIS_SCHEMES
+from ratekeeper.stores.base import AsyncStore, InProcessAsync, InProcessStore, Store
+from ratekeeper.stores.postgres.sansio import POSTGRES_SCHEMES
+from ratekeeper.stores.redis.url import REDIS_SCHEMES
 
-__all__ = ["SCHEMES", "open_async_store", "open_store"]
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+
+__all__ = ["SCHEMES", "in_process_decide", "open_async_store", "open_store"]
 
 SCHEMES = ("memory", *REDIS_SCHEMES, *POSTGRES_SCHEMES)
 _PLANNED: tuple[str, ...] = ()
@@ -50,11 +54,11 @@ def open_store(url: str | Store, **options: Any) -> Store:
         kwargs.update(options)
         return MemoryStore(**kwargs)
     if scheme in REDIS_SCHEMES:
-        from ratekeeper.stores.redis import RedisStore
+        from ratekeeper.stores.redis.store import RedisStore
 
         return RedisStore(url, **options)
     if scheme in POSTGRES_SCHEMES:
-        from ratekeeper.stores.postgres import PostgresStore
+        from ratekeeper.stores.postgres.store import PostgresStore
 
         return PostgresStore(url, **options)
     if scheme in _PLANNED:
@@ -67,12 +71,21 @@ def open_store(url: str | Store, **options: Any) -> Store:
 def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStore:
     """``open_store`` for ``AsyncLimiter``: a store without I/O (memory) runs on the loop directly."""
     if isinstance(url, str) and urlsplit(url).scheme.lower() in REDIS_SCHEMES:
-        from ratekeeper.stores.redis_async import AsyncRedisStore
+        from ratekeeper.stores.redis.store_async import AsyncRedisStore
 
         return AsyncRedisStore(url, **options)
     if isinstance(url, str) and urlsplit(url).scheme.lower() in POSTGRES_SCHEMES:
-        from ratekeeper.stores.postgres_async import AsyncPostgresStore
+        from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 
         return AsyncPostgresStore(url, **options)
     opened: Any = url if hasattr(url, "aclose") and not options else open_store(url, **options)  # type: ignore[arg-type]
     return opened if hasattr(opened, "aclose") else InProcessAsync(opened)
+
+
+def in_process_decide(store: object) -> Callable[..., Decision] | None:
+    """The ``decide_fields`` of ``store`` when it decides in this process without I/O (the
+    memory store, or ``InProcessAsync`` over it), else None: the limiters' hot path."""
+    inner = store.sync if isinstance(store, InProcessAsync) else store
+    if getattr(inner, "in_process", False):
+        return cast("InProcessStore", inner).decide_fields
+    return None

@@ -38,32 +38,25 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.decision import Decision
+from ratekeeper.op import DECIDE, PEEK, REFUND, Op
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
 __all__ = ["DECIDE", "PEEK", "REFUND", "Op", "decode", "encode", "encode_one", "op_fields", "storage_key"]
 
-DECIDE = "d"
-PEEK = "p"
-REFUND = "r"
-
-Op = tuple[str, "Plan", str, int, "int | None", "str | None"]
-"""(mode, plan, key, cost, max_wait, lease_id)."""
-
-_plan_fields: dict[int, tuple[Plan, list[Any], str]] = {}
-
-
 def _plan_part(plan: Plan) -> tuple[list[Any], str]:
-    """The algorithm, limit count and spec fields of ``plan`` (cached), and its table digest."""
-    cached = _plan_fields.get(id(plan))
-    if cached is None or cached[0] is not plan:
+    """The algorithm, limit count and spec fields of ``plan``, and its table digest (kept
+    on the plan: computed once, forgotten with it)."""
+    try:
+        return plan.derived["wire"]  # type: ignore[no-any-return]
+    except KeyError:
         fields: list[Any] = [plan.algorithm.name, len(plan.specs)]
         for spec in plan.specs:
             fields.extend(spec)
         digest = hashlib.blake2b(plan.table.encode(), digest_size=6).hexdigest()
-        cached = _plan_fields[id(plan)] = (plan, fields, digest)  # the plan is kept: its id stays unique
-    return cached[1], cached[2]
+        part = plan.derived["wire"] = (fields, digest)
+        return part
 
 
 def storage_key(prefix: str, plan: Plan, key: str) -> str:
@@ -144,7 +137,7 @@ def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
                     reply[at + 3],
                     tuple(reply[at + 4 : at + 4 + n]),
                     tuple(reply[at + 4 + n : at + 4 + 2 * n]),
-                    lease_id if allowed and cost and plan.leases else None,
+                    lease_id if allowed and cost and plan.leases else None, None,
                 )
             )
         )

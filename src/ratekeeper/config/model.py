@@ -1,0 +1,218 @@
+"""What a rules file becomes: ``HttpRule``s (a ``Rule`` plus where and to whom it applies).
+
+This module is the contract between the loaders (``ratekeeper.config.native``, and the
+Envoy form) and their users (``ratekeeper.web``, ``ratekeeper.server``): it knows nothing
+of YAML and nothing of HTTP frameworks. A request reaches it as a ``PartLookup``: a
+function from a request part (``"header"``, ``"x-api-key"``) to its value, or None when
+the request lacks it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.rule import Rule
+
+__all__ = [
+    "KEY_PARTS",
+    "HttpRule",
+    "KeyTemplate",
+    "Match",
+    "PartLookup",
+    "PathTemplate",
+    "RuleSet",
+]
+
+# The parts a key template may name: those that stand alone, and those that take a name
+# after a dot (``{header.x-api-key}``). The web layer answers each of them.
+_SIMPLE_PARTS = ("client_ip", "user", "method", "route", "host")
+_NAMED_PARTS = ("header", "path", "query")
+KEY_PARTS = (*_SIMPLE_PARTS, *(f"{p}.<name>" for p in _NAMED_PARTS))
+"""The request parts a key (or cost) template may use, as the error messages show them."""
+
+PartLookup = Callable[[str, str | None], str | None]
+"""``lookup(part, name)``: the request's value for ``{part}`` (name None) or
+``{part.name}``; None when the request lacks it."""
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+_PATH_PARAM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?::(path|int|str))?$")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """Literal text and request parts, e.g. ``"{client_ip}"`` or ``"org:{header.x-org}"``.
+
+    ``parts`` alternates literal strings and ``(part, name)`` pairs. The empty template
+    (no key in the file) renders one global key for the rule.
+    """
+
+    source: str
+    parts: tuple[str | tuple[str, str | None], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> KeyTemplate:
+        """The template, or ``ConfigurationError`` naming the part that is not known."""
+        if not isinstance(text, str):
+            raise ConfigurationError(f"a key template must be a string such as '{{client_ip}}', got {text!r}")
+        parts: list[str | tuple[str, str | None]] = []
+        pos = 0
+        for m in _PLACEHOLDER.finditer(text):
+            if m.start() > pos:
+                parts.append(text[pos : m.start()])
+            parts.append(_parse_part(m.group(1), text))
+            pos = m.end()
+        rest = text[pos:]
+        if "{" in rest or "}" in rest:
+            raise ConfigurationError(f"unbalanced brace in key template {text!r}")
+        if rest:
+            parts.append(rest)
+        return cls(text, tuple(parts))
+
+    @property
+    def needs(self) -> tuple[tuple[str, str | None], ...]:
+        """The request parts this template reads."""
+        return tuple(p for p in self.parts if isinstance(p, tuple))
+
+    def render(self, lookup: PartLookup) -> str | None:
+        """The key for one request, or None when the request lacks a part it needs."""
+        if not self.parts:
+            return "*"
+        out: list[str] = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            value = lookup(part[0], part[1])
+            if value is None or value == "":
+                return None
+            out.append(value)
+        return "".join(out)
+
+
+def _parse_part(inner: str, text: str) -> tuple[str, str | None]:
+    inner = inner.strip()
+    if inner in _SIMPLE_PARTS:
+        return (inner, None)
+    kind, dot, name = inner.partition(".")
+    if dot and kind in _NAMED_PARTS and name:
+        return (kind, name.lower() if kind == "header" else name)
+    raise ConfigurationError(
+        f"unknown request part {{{inner}}} in key template {text!r}; accepted: "
+        + ", ".join(f"{{{p}}}" for p in KEY_PARTS)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PathTemplate:
+    """A path such as ``/items/{user}`` or ``/files/{rest:path}``: ``{name}`` matches one
+    segment, ``{name:path}`` the rest of the path, ``{name:int}`` digits. A trailing ``*``
+    matches any suffix."""
+
+    source: str
+    regex: re.Pattern[str]
+    params: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> PathTemplate:
+        if not isinstance(text, str) or not text.startswith("/"):
+            raise ConfigurationError(f"a path must start with '/', e.g. '/items/{{user}}', got {text!r}")
+        pattern = ["^"]
+        params: list[str] = []
+        pos = 0
+        body = text[:-1] if text.endswith("*") else text
+        for m in _PLACEHOLDER.finditer(body):
+            pattern.append(re.escape(body[pos : m.start()]))
+            spec = _PATH_PARAM.match(m.group(1).strip())
+            if spec is None:
+                raise ConfigurationError(
+                    f"bad path parameter {{{m.group(1)}}} in {text!r}; write {{name}}, {{name:int}} or {{name:path}}"
+                )
+            name, kind = spec.group(1), spec.group(2) or "str"
+            if name in params:
+                raise ConfigurationError(f"path parameter {{{name}}} appears twice in {text!r}")
+            params.append(name)
+            pattern.append(f"(?P<{name}>{ {'str': '[^/]+', 'int': '[0-9]+', 'path': '.+'}[kind] })")
+            pos = m.end()
+        tail = body[pos:]
+        if "{" in tail or "}" in tail:
+            raise ConfigurationError(f"unbalanced brace in path {text!r}")
+        pattern.append(re.escape(tail))
+        pattern.append(".*$" if text.endswith("*") else "$")
+        return cls(text, re.compile("".join(pattern)), tuple(params))
+
+    def match(self, path: str) -> dict[str, str] | None:
+        m = self.regex.match(path)
+        return None if m is None else m.groupdict()
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """Which requests a rule applies to; an empty field matches everything."""
+
+    methods: frozenset[str] = frozenset()
+    paths: tuple[PathTemplate, ...] = ()
+    hosts: frozenset[str] = frozenset()
+
+    def match(self, method: str, path: str, host: str | None) -> dict[str, str] | None:
+        """The path parameters when the request matches (empty when there are none), else None."""
+        if self.methods and method.upper() not in self.methods:
+            return None
+        if self.hosts and (host or "").split(":", 1)[0].lower() not in self.hosts:
+            return None
+        if not self.paths:
+            return {}
+        for template in self.paths:
+            params = template.match(path)
+            if params is not None:
+                return params
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRule:
+    """One rule of a rules file: the ``Rule`` that decides, and when and for whom.
+
+    ``cost`` is a constant or a template whose value must read as a non-negative integer
+    (``"{header.x-cost}"``); ``shadow`` rules decide and charge but never refuse and send
+    no headers. ``origin`` is ``file:line`` of the rule's entry, for messages.
+    """
+
+    rule: Rule
+    match: Match = field(default_factory=Match)
+    key: KeyTemplate = field(default_factory=lambda: KeyTemplate("", ()))
+    cost: int | KeyTemplate = 1
+    shadow: bool = False
+    origin: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.rule.name
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """The rules of one file (or of a list given in code), in the file's order."""
+
+    rules: tuple[HttpRule, ...]
+    source: str = "<code>"
+    warnings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for r in self.rules:
+            if r.name in seen:
+                raise ConfigurationError(f"{self.source}: two rules are named {r.name!r}; rule names must be unique")
+            seen.add(r.name)
+
+    def __iter__(self) -> Iterator[HttpRule]:
+        return iter(self.rules)
+
+    def __len__(self) -> int:
+        return len(self.rules)
+
+    @property
+    def by_name(self) -> Mapping[str, HttpRule]:
+        return {r.name: r for r in self.rules}

@@ -1,0 +1,145 @@
+"""What ``Limiter`` and ``AsyncLimiter`` share: argument checks, the choice of plan, and the
+``Op`` each call becomes."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from itertools import count
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.errors import ConfigurationError, InvalidRequest
+from ratekeeper.op import Op
+from ratekeeper.quota import UNLIMITED
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+
+__all__ = [
+    "bad_call",
+    "batch_ops",
+    "batch_result",
+    "check",
+    "check_timeout",
+    "new_lease_id",
+    "plan_for",
+    "refund_op",
+    "require_leases",
+    "resolve_items",
+]
+
+_lease_prefix = os.urandom(6).hex()
+_lease_counter = count(1)
+
+
+def new_lease_id() -> str:
+    """A lease id unique across processes (random prefix) and within this one (counter)."""
+    return f"{_lease_prefix}-{next(_lease_counter)}"
+
+
+def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
+    """The error for a call whose arguments failed the fast checks: says which and why."""
+    if not isinstance(rule, Rule):
+        return InvalidRequest(f"expected a Rule, got {type(rule).__name__} {rule!r}")
+    if not isinstance(key, str):
+        return InvalidRequest(f"key must be a str, got {type(key).__name__} {key!r}")
+    if type(key) is not str:
+        return InvalidRequest(f"key must be a plain str, got {type(key).__name__} {key!r}; pass str(key)")
+    if not key:
+        return InvalidRequest("key must not be empty; use a constant such as '*' for a global limit")
+    if len(key) > MAX_KEY_LENGTH:
+        return InvalidRequest(
+            f"key is {len(key)} characters long; the maximum is {MAX_KEY_LENGTH} (hash longer identifiers first)"
+        )
+    if isinstance(cost, bool) or not isinstance(cost, int):
+        return InvalidRequest(f"cost must be a non-negative integer, got {type(cost).__name__} {cost!r}")
+    return InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
+
+
+def plan_for(rule: Rule, key: str) -> Plan | None:
+    """The plan that decides ``key`` under ``rule`` (None: the key is not limited)."""
+    if rule.quota is None:
+        return rule.plan
+    plan = rule.quota.plan_for(key, rule)
+    return None if plan is UNLIMITED else plan
+
+
+def check(rule: Any, key: Any, cost: Any) -> None:
+    """Refuse a call whose rule, key or cost is not acceptable (``try_acquire`` inlines it)."""
+    if (
+        not isinstance(rule, Rule)
+        or type(key) is not str
+        or not key
+        or len(key) > MAX_KEY_LENGTH
+        or type(cost) is not int
+        or cost < 0
+    ):
+        raise bad_call(rule, key, cost)
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """The timeout to use: None (or ``inf``) waits as long as it takes; NaN and negatives are refused."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise InvalidRequest(f"timeout must be None (wait as long as it takes) or seconds >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else timeout
+
+
+Resolved = list[tuple[Rule, "Op | None"]]
+"""The items of a ``try_acquire_many``: each rule with its op (None: not limited)."""
+
+
+def resolve_items(items: Iterable[Any]) -> Resolved:
+    """Check the items of ``try_acquire_many``: ``(rule, key)`` or ``(rule, key, cost)``.
+
+    Each becomes ``(rule, op)``; ``op`` is None for a key that no limit applies to.
+    """
+    resolved: Resolved = []
+    for item in items:
+        if not isinstance(item, tuple) or len(item) not in (2, 3):
+            raise InvalidRequest(f"each item must be (rule, key) or (rule, key, cost), got {item!r}")
+        rule, key, cost = item if len(item) == 3 else (*item, 1)
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is None:
+            resolved.append((rule, None))
+        else:
+            resolved.append((rule, Op.decide(plan, key, cost, None, new_lease_id() if plan.leases else None)))
+    if not resolved:
+        raise InvalidRequest("try_acquire_many needs at least one (rule, key) item")
+    return resolved
+
+
+def batch_ops(resolved: Resolved) -> list[Op]:
+    """What the store must decide for a batch: the ops of the items whose keys are limited."""
+    return [op for _, op in resolved if op is not None]
+
+
+def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecision:
+    """The store's answers in the caller's order, with unlimited items filled in."""
+    it = iter(answers)
+    decisions = tuple(next(it) if op is not None else Decision.unlimited_for(rule.name) for rule, op in resolved)
+    if not all(d.allowed for d in decisions):
+        # Nothing was charged, so no lease is held: do not hand out their ids.
+        decisions = tuple(d.without_lease() if d.lease_id else d for d in decisions)
+    return BatchDecision(decisions)
+
+
+def refund_op(rule: Rule, key: str, cost: int, lease_id: str | None) -> Op | None:
+    """Check a refund and make its op (None: the key is not limited, nothing to give back)."""
+    check(rule, key, cost)
+    plan = plan_for(rule, key)
+    if plan is None:
+        return None
+    if plan.algorithm.uses_leases and lease_id is None:
+        raise InvalidRequest(f"rule {rule.name!r} holds leases: release one with release(rule, key, lease_id)")
+    return Op.refund(plan, key, cost, lease_id)
+
+
+def require_leases(rule: Rule) -> None:
+    if not rule.algo.uses_leases:
+        raise ConfigurationError(f"rule {rule.name!r} uses {rule.algorithm}; leases need algorithm='concurrency'")

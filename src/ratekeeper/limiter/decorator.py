@@ -1,0 +1,100 @@
+"""``limiter.limit(rule, key=...)``: charge each call of a function to a rule."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ratekeeper.errors import ConfigurationError, RateLimitExceeded
+from ratekeeper.limiter.checks import check_timeout
+
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+
+__all__ = ["limit_decorator"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _resolver(value: Any) -> Callable[..., Any]:
+    if callable(value):
+        return value  # type: ignore[no-any-return]
+    return lambda *args, **kwargs: value
+
+
+def limit_decorator(
+    limiter: Any,
+    rule: Any,
+    key: str | Callable[..., str],
+    cost: int | Callable[..., int],
+    wait: float | None,
+    *,
+    is_async_limiter: bool,
+) -> Callable[[F], F]:
+    from ratekeeper.rule import Rule
+
+    if not isinstance(rule, Rule):
+        raise ConfigurationError(f"limit() needs a Rule, got {rule!r}")
+    check_timeout(wait)
+    key_of = _resolver(key)
+    cost_of = _resolver(cost)
+
+    def decorate(func: F) -> F:
+        is_coroutine = inspect.iscoroutinefunction(func)
+        if is_async_limiter and not is_coroutine:
+            raise ConfigurationError(
+                f"AsyncLimiter.limit decorates async functions; {func.__qualname__} is not one "
+                "(use Limiter.limit for plain functions)"
+            )
+
+        def settle(decision: Decision) -> None:
+            if not decision.allowed:
+                raise RateLimitExceeded(decision)
+
+        if is_async_limiter:
+
+            @functools.wraps(func)
+            async def async_limited(*args: Any, **kwargs: Any) -> Any:
+                k, c = key_of(*args, **kwargs), cost_of(*args, **kwargs)
+                if wait is None:
+                    settle(await limiter.try_acquire(rule, k, c))
+                else:
+                    await limiter.acquire(rule, k, c, timeout=wait)
+                return await func(*args, **kwargs)
+
+            return async_limited  # type: ignore[return-value]
+
+        def charge(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            k, c = key_of(*args, **kwargs), cost_of(*args, **kwargs)
+            if wait is None:
+                settle(limiter.try_acquire(rule, k, c))
+            else:
+                limiter.acquire(rule, k, c, timeout=wait)
+
+        if is_coroutine:
+            # A coroutine must not block its loop while it waits: it waits through an
+            # AsyncLimiter over the same store.
+            from ratekeeper.limiter.async_limiter import AsyncLimiter
+
+            waiter = AsyncLimiter(limiter.store) if wait is not None else None
+
+            @functools.wraps(func)
+            async def limited_coroutine(*args: Any, **kwargs: Any) -> Any:
+                if waiter is None:
+                    charge(args, kwargs)
+                else:
+                    await waiter.acquire(rule, key_of(*args, **kwargs), cost_of(*args, **kwargs), timeout=wait)
+                return await func(*args, **kwargs)
+
+            return limited_coroutine  # type: ignore[return-value]
+
+        @functools.wraps(func)
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            charge(args, kwargs)
+            return func(*args, **kwargs)
+
+        return limited  # type: ignore[return-value]
+
+    return decorate

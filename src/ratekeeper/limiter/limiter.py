@@ -1,0 +1,256 @@
+"""``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+
+Generated from ``async_limiter.py`` by ``tools/unasync.py``: do not edit; edit that file
+and run ``python tools/unasync.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from ratekeeper.clock import Clock, SystemClock
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.errors import StoreError
+from ratekeeper.limiter.breaker import CircuitBreaker
+from ratekeeper.limiter.checks import (
+    bad_call,
+    batch_ops,
+    batch_result,
+    check,
+    check_timeout,
+    new_lease_id,
+    plan_for,
+    refund_op,
+    require_leases,
+    resolve_items,
+)
+from ratekeeper.limiter.decorator import limit_decorator
+from ratekeeper.limiter.failure import FailurePolicy
+from ratekeeper.limiter.flows import acquire_flow, run_sync
+from ratekeeper.limiter.lease import Lease
+from ratekeeper.limiter.observer import ObservedStore, Observer
+from ratekeeper.op import DECIDE, PEEK, Op
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.stores.base import Store
+from ratekeeper.stores.url import in_process_decide, open_store
+
+__all__ = ["Limiter"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Limiter:
+    """Decides, for a rule, a key and a cost, whether a request may proceed.
+
+    ``Limiter("memory://")`` (the default) keeps state in this process; any store
+    object is accepted too. ``clock`` replaces the monotonic clock of the memory store and
+    of every wait (``ratekeeper.testing.FakeClock`` in tests). Use it as a context manager
+    to close the store on exit.
+
+    When the store fails (``StoreError``; ``StoreTimeout`` after ``timeout`` seconds, the
+    store's default when None), ``on_error`` answers: ``"raise"``, ``"allow"``, ``"deny"``
+    or ``"local"`` (a rule's own ``on_error`` wins; see ``ratekeeper.limiter.failure``). The
+    ``breaker`` (a ``CircuitBreaker``; default: open after 5 consecutive failures for 1 s;
+    False: never open) stops calling a failing store, so each call then costs
+    microseconds. ``failures`` counts what the policy did, per rule. ``observer`` (see
+    ``ratekeeper.limiter.observer``) is told every decision, store call and breaker
+    change; without one nothing is measured.
+    """
+
+    def __init__(
+        self,
+        store: str | Store = "memory://",
+        *,
+        clock: Clock | None = None,
+        on_error: str = "raise",
+        timeout: float | None = None,
+        breaker: CircuitBreaker | bool = True,
+        observer: Observer | None = None,
+        **options: Any,
+    ) -> None:
+        if clock is not None:
+            options["clock"] = clock
+        if timeout is not None and not (isinstance(store, str) and urlsplit(store).scheme.lower() == "memory"):
+            options["timeout"] = timeout  # the memory store never waits: nothing to bound
+        self.store: Store = open_store(store, **options)
+        self.clock: Clock = getattr(self.store, "clock", None) or clock or SystemClock()
+        if not isinstance(breaker, CircuitBreaker):
+            breaker = CircuitBreaker(clock=self.clock) if breaker else CircuitBreaker(None, clock=self.clock)
+        elif breaker.clock is None:
+            breaker.clock = self.clock
+        self.breaker = breaker
+        self.failure_policy = FailurePolicy(on_error, breaker, self.clock, type(self.store).__name__, observer)
+        self.failures = self.failure_policy.stats
+        self.observer = observer
+        if observer is not None:
+            self.store = ObservedStore(self.store, observer)
+        # A store deciding in this process without I/O is called directly, with the op's
+        # fields (no Op built, no coroutine in between); observed or guarded calls go the
+        # long way.
+        self._in_process = in_process_decide(self.store)
+        self._direct = self._in_process
+        self._store_decide = self.store.decide
+        breaker.set_guard(self._route)
+
+    @property
+    def on_error(self) -> str:
+        """The failure policy of rules without their own ``on_error``."""
+        return self.failure_policy.on_error
+
+    def try_acquire(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """Charge ``cost`` to ``key`` under ``rule`` if every limit admits it; never waits.
+
+        ``now`` (µs on the store's clock) is for tests and the conformance suite.
+        """
+        # ``core.check`` written inline (the rule is checked by its attribute): the hot path.
+        if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
+            raise bad_call(rule, key, cost)
+        try:
+            quota = rule.quota
+        except AttributeError:
+            raise bad_call(rule, key, cost) from None
+        plan = rule._plan if quota is None else plan_for(rule, key)  # the attribute: a property costs a frame
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.leases else None
+        direct = self._direct
+        if direct is not None:
+            return direct(DECIDE, plan, key, cost, None, lease, now)
+        op = Op((DECIDE, plan, key, cost, None, lease))
+        try:
+            return self._store_decide(op, now)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, op, now, exc)
+
+    def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
+        """What ``try_acquire`` would answer, without charging anything."""
+        check(rule, key, cost)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        op = Op((PEEK, plan, key, cost, None, None))
+        try:
+            return self._guarded_decide(op, now)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, op, now, exc)
+
+    def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
+        """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
+
+        Token bucket, GCRA and leaky bucket reserve the next free slot in one call and
+        sleep until it: first come, first served across every process sharing the store.
+        Interrupted or cancelled while sleeping, it gives the reservation back. The decision
+        returned tells the ``delay`` it waited.
+        """
+        check(rule, key, cost)
+        timeout = check_timeout(timeout)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return Decision.unlimited_for(rule.name)
+        lease = new_lease_id() if plan.leases else None
+        flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
+        return run_sync(flow, partial(self._decide, rule), partial(self._refund, rule), self.clock)
+
+    def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
+        """Charge several (rule, key[, cost]) at once: all of them, or none."""
+        resolved = resolve_items(items)
+        ops = batch_ops(resolved)
+        if not ops:
+            return batch_result(resolved, ())
+        try:
+            self.breaker.check()
+            answers = self.store.decide_many(ops)
+        except StoreError as exc:
+            answers = self.failure_policy.decide_many(resolved, exc)
+        else:
+            self.breaker.record_success()
+        return batch_result(resolved, answers)
+
+    def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
+        """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
+        op = refund_op(rule, key, cost, lease_id)
+        if op is not None:
+            self._refund(rule, op)
+
+    def release(self, rule: Rule, key: str, lease_id: str) -> None:
+        """Release a concurrency lease before it expires."""
+        require_leases(rule)
+        self.refund(rule, key, 0, lease_id=lease_id)
+
+    def reset(self, rule: Rule, key: str) -> None:
+        """Forget everything charged to ``key`` under ``rule``."""
+        check(rule, key, 0)
+        plan = plan_for(rule, key)
+        if plan is None:
+            return
+        try:
+            self.breaker.check()
+            self.store.reset(plan, key)
+        except StoreError as exc:
+            self.failure_policy.reset(rule, plan, key, exc)
+        else:
+            self.breaker.record_success()
+
+    def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> Lease:
+        """A context manager holding a concurrency lease for its block.
+
+        Waits up to ``timeout`` seconds for a free slot (0: do not wait), else raises
+        ``RateLimitExceeded``; the lease is released on exit.
+        """
+        require_leases(rule)
+        return Lease(self, rule, key, cost, timeout)
+
+    def limit(
+        self,
+        rule: Rule,
+        key: str | Callable[..., str] = "*",
+        *,
+        cost: int | Callable[..., int] = 1,
+        wait: float | None = None,
+    ) -> Callable[[F], F]:
+        """Decorate a function so each call is charged to ``rule`` (see ``limit_decorator``).
+
+        ``key`` and ``cost`` are constants or callables given the call's arguments. A refused
+        call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
+        """
+        return limit_decorator(self, rule, key, cost, wait, is_async_limiter=False)
+
+    def _decide(self, rule: Rule, op: Op) -> Decision:
+        try:
+            return self._guarded_decide(op)
+        except StoreError as exc:
+            return self.failure_policy.decide(rule, op, None, exc)
+
+    def _refund(self, rule: Rule, op: Op) -> None:
+        try:
+            self.breaker.check()
+            self.store.refund(op)
+        except StoreError as exc:
+            self.failure_policy.refund(rule, op, exc)
+        else:
+            self.breaker.record_success()
+
+    def _guarded_decide(self, op: Op, now: int | None = None) -> Decision:
+        """``store.decide`` behind the breaker. ``try_acquire`` (the hot path) calls the store
+        directly while all is well and this only after a failure, until the breaker is
+        quiet again (``_route``); the other calls always come through here."""
+        self.breaker.check()
+        decision = self.store.decide(op, now)
+        self.breaker.record_success()
+        return decision
+
+    def _route(self, guarded: bool) -> None:
+        self._store_decide = self._guarded_decide if guarded else self.store.decide
+        self._direct = None if guarded else self._in_process
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Limiter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,3 @@
+"""``ratekeeper serve``: the JSON-over-HTTP API and Envoy's gRPC rate-limit service.
+See docs/architecture.md for what may import what.
+"""

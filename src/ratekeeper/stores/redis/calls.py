@@ -1,0 +1,140 @@
+"""What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.
+
+Generated from ``calls_async.py`` by ``tools/unasync.py``: do not edit; edit that file
+and run ``python tools/unasync.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.errors import StoreError
+from ratekeeper.stores import wire
+from ratekeeper.stores.redis.sansio import Call, RedisCore, reclaim_connections, store_errors, translate
+from ratekeeper.stores.redis.script import Script, script_of
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.decision import Decision
+    from ratekeeper.op import Op
+
+__all__ = ["RedisCalls"]
+
+
+class RedisCalls:
+    """The calls of a Redis store: a client, and ``redis_core`` to plan and read them."""
+
+    def __init__(self, url: str, **options: Any) -> None:
+        self.core = RedisCore(url, **options)
+        self.client: Any = self.core.target.sync_client(self.core.timeout, self.core.max_connections)
+        from redis.exceptions import NoScriptError
+
+        self._errors = store_errors()
+        self._noscript = NoScriptError
+        self._active = 0  # client calls under way (see _done)
+        self._leaked = False
+
+    def _eval(self, call: Call, client: Any = None) -> Any:
+        return self._evalsha(call.script, call.keys, call.args, client)
+
+    def _evalsha(self, script: Script, keys: list[str], args: list[Any], client: Any = None) -> Any:
+        """One script call (on ``client``, else the store's client), loading the script on
+        NOSCRIPT; redis-py's errors translated."""
+        c = self.client if client is None else client
+        self._active += 1
+        try:
+            try:
+                return c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except self._noscript:
+                c.script_load(script.source)
+                return c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BaseException as exc:
+            self._leaked = True
+            if isinstance(exc, self._errors):
+                raise translate(exc, "a decision") from exc
+            raise
+        finally:
+            self._done()
+
+    def _done(self) -> None:
+        """A client call ended. After a failure, once no call is under way, give redis-py's
+        asyncio Cluster nodes back the connections it lost: a node whose connect failed (or
+        whose call was cancelled) never returned that connection to its free list, so after
+        ``max_connections`` such failures the node refused every call for good, even once
+        it was back ("Too many connections")."""
+        self._active -= 1
+        if self._leaked and not self._active:
+            self._leaked = False
+            reclaim_connections(self.client)
+
+    def _send(self, calls: Sequence[Call], client: Any = None) -> list[Any]:
+        """One reply per call. Several calls (a Cluster's slots) go in one pipeline, and a
+        call that failed there has its ``StoreError`` in its place: the others stand."""
+        if len(calls) == 1:
+            return [self._eval(calls[0], client)]
+        self._active += 1
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            for call in calls:
+                pipe.execute_command(
+                    "EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args
+                )  # the sync ClusterPipeline blocks .evalsha()
+            replies: list[Any] = pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            self._leaked = True
+            if isinstance(exc, self._errors):
+                raise translate(exc, "a pipeline of decisions") from exc
+            raise
+        finally:
+            self._done()
+        for i, reply in enumerate(replies):
+            if isinstance(reply, self._noscript):
+                try:
+                    replies[i] = self._eval(calls[i])  # the script did not run: safe to send again
+                except StoreError as exc:
+                    replies[i] = exc
+            elif isinstance(reply, BaseException):
+                error = translate(reply, "a decision")
+                error.__cause__ = reply
+                replies[i] = error
+        return replies
+
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False, client: Any = None) -> list[Any]:
+        """Each op's decision (None for a refund), or, on a Cluster, the ``StoreError`` of
+        its slot's call when only some calls failed (raised when they all did)."""
+        if len(ops) == 1:  # the path of every lone decision: no planning, one call
+            op = ops[0]
+            keys, args = wire.encode_one(op, self.core.prefix, now)
+            return wire.decode(ops, self._evalsha(script_of(op[1].algorithm.name), keys, args, client))
+        calls = self.core.calls(ops, now, atomic)
+        results = self.core.assemble(len(ops), calls, self._send(calls, client))
+        if len(calls) > 1 and all(isinstance(r, StoreError) for r in results):
+            raise results[0]
+        return results
+
+    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        """All or nothing: one atomic call on one node; on a Cluster one per slot, and the
+        slots that charged are refunded when another refused or failed (then its error is
+        raised)."""
+        calls = self.core.calls(ops, now, atomic=True)
+        decisions = self.core.assemble(len(ops), calls, self._send(calls))
+        failed = next((d for d in decisions if isinstance(d, StoreError)), None)
+        if len(calls) > 1 and (failed is not None or not all(decisions)):
+            undo = self.core.rollback(calls, decisions)
+            if undo:
+                for result in self._run(undo, now):
+                    if isinstance(result, StoreError):
+                        raise StoreError(
+                            f"a batch over several Cluster slots was refused or failed, and undoing "
+                            f"the slots that charged failed too: {result}"
+                        ) from result
+        if failed is not None:
+            raise failed
+        return tuple(decisions)
+
+    def reset(self, plan: Plan, key: str) -> None:
+        try:
+            self.client.delete(self.core.storage_key(plan, key))
+        except self._errors as exc:
+            raise translate(exc, "a reset") from exc

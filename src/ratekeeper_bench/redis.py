@@ -1,0 +1,633 @@
+"""``ratekeeper bench redis``: ratekeeper's Redis store against its peers on the same Redis.
+
+One run, one Redis (``--url``, default ``redis://127.0.0.1:6379/0``), every key under a
+prefix of its own that the run deletes at the end (``SCAN`` + ``UNLINK`` of that
+prefix; never ``FLUSHDB``, never ``KEYS``). Four parts:
+
+1. **Throughput and latency.** Each (library, algorithm) makes decisions for
+   ``--duration`` seconds in two scenarios (one hot key; ``--keys`` keys round robin,
+   100,000 by default), under a limit of 1,000,000,000 per second so that nearly every
+   call is allowed and every library does its full write, in two modes: ``sync`` (one
+   thread, calls back to back) and ``async`` (``--tasks`` asyncio tasks, 50 by default,
+   sharing one limiter). Next to them the raw floor: one redis-py round trip per call
+   (``EVALSHA`` of a script that returns 1, and ``INCR``) on one connection, and with
+   redis.asyncio from the same number of tasks. Reported: decisions/s, p50 and p99
+   latency, the rate over the raw ``EVALSHA`` floor, and ratekeeper over the best peer
+   (a peer: over ratekeeper's best comparable algorithm).
+2. **Coalescing.** One hot key, 100 concurrent async callers, ratekeeper's GCRA with
+   coalescing and auto-pipelining (the default) and without (``UNBATCHED``).
+3. **The hammer.** For every library and algorithm: 8 processes x 4 threads call for one
+   key under a limit of 100 per hour, 25 attempts each (800 in all); admitted must be
+   exactly 100.
+4. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
+   error.
+
+Defaults take about three to four minutes (17 subjects x 2 scenarios x 2 modes x 2 s,
+plus warm-ups, coalescing and the hammer). The CLI calls ``add_arguments(parser)`` and
+``run(args)``; ``main(argv)`` runs it alone (``python -m ratekeeper_bench.redis``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import itertools
+import multiprocessing
+import os
+import platform
+import secrets
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, TextIO
+
+from ratekeeper_bench import report
+from ratekeeper_bench.latency import Sample, Target, time_sync, time_tasks
+from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
+from ratekeeper_bench.peers import LimitSpec, library_version
+from ratekeeper_bench.redis_peers import (
+    LIBRARIES,
+    UNBATCHED,
+    RedisSubject,
+    floor_subjects,
+    ratekeeper_subject,
+    subject,
+    subjects,
+)
+
+__all__ = [
+    "DEFAULT_DURATION",
+    "DEFAULT_KEYS",
+    "DEFAULT_URL",
+    "HAMMER_SPEC",
+    "MODES",
+    "SCENARIOS",
+    "Cell",
+    "HammerCell",
+    "RedisBenchResult",
+    "Settings",
+    "add_arguments",
+    "bench_from_args",
+    "cleanup",
+    "main",
+    "run",
+    "run_redis_bench",
+]
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_DURATION = 2.0
+DEFAULT_KEYS = 100_000
+DEFAULT_TASKS = 50
+COALESCING_CALLERS = 100
+QUICK_DURATION = 0.1
+QUICK_KEYS = 1_000
+
+SPEC = LimitSpec(1_000_000_000, 1)
+"""The throughput cells' limit: nearly every call allowed, so every library writes its state."""
+
+HAMMER_SPEC = LimitSpec(100, 3600)
+HAMMER_PROCESSES = 8
+HAMMER_THREADS = 4
+HAMMER_ATTEMPTS = 25
+"""Attempts per thread: 8 x 4 x 25 = 800 calls for a limit of 100."""
+
+SCENARIOS = ("hot_key", "many_keys")
+MODES = ("sync", "async")
+WARM_CALLS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One (library, algorithm) in one scenario and mode; ``library`` is ``redis-py`` for the floor."""
+
+    library: str
+    algorithm: str
+    scenario: str
+    mode: str
+    comparable: tuple[str, ...]
+    sample: Sample
+    round_rates: tuple[float, ...] = ()
+    """The rate of every round (``--rounds``); ``sample`` is the round with the median rate."""
+
+    @property
+    def rate(self) -> float:
+        return self.sample.rate
+
+
+@dataclass(frozen=True, slots=True)
+class HammerCell:
+    """Admissions under the 8-process hammer: ``admitted`` must equal ``expected``."""
+
+    library: str
+    algorithm: str
+    expected: int
+    admitted: int
+    attempts: int
+    errors: int
+    seconds: float
+    first_error: str = ""
+
+
+@dataclass(slots=True)
+class RedisBenchResult:
+    """Everything one run measured, and the ratios derived from it."""
+
+    url: str
+    duration: float
+    keys: int
+    tasks: int
+    rounds: int
+    scenarios: tuple[str, ...]
+    libraries: tuple[str, ...]
+    python: str
+    versions: dict[str, str] = field(default_factory=dict)
+    calls: dict[tuple[str, str], str] = field(default_factory=dict)
+    cells: list[Cell] = field(default_factory=list)
+    coalescing: list[Cell] = field(default_factory=list)
+    hammer: list[HammerCell] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    """(step, error) of every step that raised."""
+    load: str = ""
+    prefix: str = ""
+    """The run's key prefix; nothing is left under it when the run ends."""
+
+    def rows(self, scenario: str, mode: str) -> list[Cell]:
+        return [c for c in self.cells if (c.scenario, c.mode) == (scenario, mode)]
+
+    def floor(self, scenario: str, mode: str) -> Cell | None:
+        """The raw ``EVALSHA`` floor of a scenario and mode."""
+        return next((c for c in self.rows(scenario, mode) if (c.library, c.algorithm) == ("redis-py", "EVALSHA")), None)
+
+    def best_peer(self, scenario: str, mode: str) -> Cell | None:
+        peers = [c for c in self.rows(scenario, mode) if c.library not in ("ratekeeper", "redis-py")]
+        return max(peers, key=lambda c: c.rate, default=None)
+
+    def best_ratekeeper(self, scenario: str, mode: str, comparable: Sequence[str]) -> Cell | None:
+        ours = [c for c in self.rows(scenario, mode) if c.library == "ratekeeper" and c.algorithm in comparable]
+        return max(ours, key=lambda c: c.rate, default=None)
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
+def _keys(scenario: str, n_keys: int) -> list[str]:
+    return ["hot"] if scenario == "hot_key" else [f"k{i}" for i in range(n_keys)]
+
+
+def _measure(subj: RedisSubject, target: Target, scenario: str, mode: str, keys: list[str], args: Settings) -> Cell:
+    sample: Sample
+    if mode == "sync":
+        runner = subj.build(target, SPEC)
+        try:
+            for key in itertools.islice(itertools.cycle(keys), WARM_CALLS):
+                runner.decide(key)
+            gc.collect()
+            sample = time_sync(runner.decide, itertools.cycle(keys), args.duration)
+        finally:
+            runner.close()
+    else:
+        sample = asyncio.run(_measure_async(subj, target, keys, args.duration, args.tasks))
+    return Cell(subj.library, subj.algorithm, scenario, mode, subj.comparable, sample)
+
+
+async def _measure_async(subj: RedisSubject, target: Target, keys: list[str], duration: float, tasks: int) -> Sample:
+    runner = await subj.abuild(target, SPEC)
+    try:
+        warm = itertools.cycle(keys)
+        await asyncio.gather(*(runner.decide(next(warm)) for _ in range(WARM_CALLS)))
+        gc.collect()
+        return await time_tasks(runner.decide, itertools.cycle(keys), duration, tasks)
+    finally:
+        await runner.aclose()
+
+
+def _hammer_worker(library: str, algorithm: str, target: Target, key: str, start_at: float) -> tuple[int, int, str]:
+    """One hammer process: 4 threads x 25 attempts for ``key``; (admitted, errors, first error)."""
+    runner = subject(library, algorithm).build(target, HAMMER_SPEC)
+    try:
+        runner.decide(f"{key}-warm-{os.getpid()}")  # connections and scripts ready before the start
+        admitted = [0] * HAMMER_THREADS
+        errors = [0] * HAMMER_THREADS
+        first: list[str] = []
+        barrier = threading.Barrier(HAMMER_THREADS)
+
+        def thread(i: int) -> None:
+            barrier.wait()
+            for _ in range(HAMMER_ATTEMPTS):
+                try:
+                    admitted[i] += bool(runner.decide(key))
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    errors[i] += 1
+                    if not first:
+                        first.append(describe(exc))
+
+        time.sleep(max(0.0, start_at - time.time()))
+        threads = [threading.Thread(target=thread, args=(i,)) for i in range(HAMMER_THREADS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(admitted), sum(errors), first[0] if first else ""
+    finally:
+        runner.close()
+
+
+def _warm_worker(libraries: tuple[str, ...]) -> int:
+    """Import what the hammer needs, once per process, before the first hammer starts."""
+    for library in libraries:
+        with contextlib.suppress(ImportError):
+            subjects(library)
+    time.sleep(0.2)  # hold this process so the next warm-up task starts another one
+    return os.getpid()
+
+
+def _hammer_pool(libraries: tuple[str, ...]) -> ProcessPoolExecutor:
+    """``HAMMER_PROCESSES`` spawned processes, started and warm."""
+    pool = ProcessPoolExecutor(HAMMER_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+    list(pool.map(_warm_worker, [libraries] * HAMMER_PROCESSES))
+    return pool
+
+
+def _hammer(pool: ProcessPoolExecutor, subj: RedisSubject, target: Target) -> HammerCell:
+    key = "hammer"
+    start = time.perf_counter()
+    start_at = time.time() + 1.0
+    futures = [
+        pool.submit(_hammer_worker, subj.library, subj.algorithm, target, key, start_at)
+        for _ in range(HAMMER_PROCESSES)
+    ]
+    results = [f.result(timeout=120) for f in futures]
+    return HammerCell(
+        subj.library,
+        subj.algorithm,
+        expected=HAMMER_SPEC.count,
+        admitted=sum(r[0] for r in results),
+        attempts=HAMMER_PROCESSES * HAMMER_THREADS * HAMMER_ATTEMPTS,
+        errors=sum(r[1] for r in results),
+        seconds=time.perf_counter() - start,
+        first_error=next((r[2] for r in results if r[2]), ""),
+    )
+
+
+def cleanup(url: str, prefix: str) -> int:
+    """Delete every key under ``prefix`` (``SCAN`` + ``UNLINK``); return how many."""
+    import redis
+
+    deleted = 0
+    client: Any = redis.Redis.from_url(url)
+    try:
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=prefix.replace("*", r"\*") + "*", count=1000):
+            batch.append(key)
+            if len(batch) >= 1000:
+                deleted += client.unlink(*batch)
+                batch = []
+        if batch:
+            deleted += client.unlink(*batch)
+    finally:
+        client.close()
+    return deleted
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What one run measures: where, how long per cell, how many keys, tasks and rounds."""
+
+    url: str = DEFAULT_URL
+    duration: float = DEFAULT_DURATION
+    keys: int = DEFAULT_KEYS
+    tasks: int = DEFAULT_TASKS
+    rounds: int = 1
+    """Every throughput and coalescing cell runs this many times, the rounds interleaved
+    (all cells, then all cells again), and reports the round with the median rate."""
+    hammer: bool = True
+    coalescing: bool = True
+
+
+def run_redis_bench(
+    settings: Settings,
+    scenarios: Sequence[str] | None,
+    libraries: Sequence[str] | None,
+    out: TextIO,
+    progress: bool,
+    *,
+    progress_stream: TextIO | None = None,
+) -> RedisBenchResult:
+    """Measure everything chosen on the Redis at ``settings.url``; delete its keys at the end."""
+    chosen_scenarios = choose(scenarios, SCENARIOS, "scenario")
+    chosen_libraries = choose(["ratekeeper", *libraries] if libraries else None, LIBRARIES, "library")
+    root = f"rkbench:{os.getpid()}-{secrets.token_hex(3)}:"
+    result = RedisBenchResult(
+        url=settings.url,
+        duration=settings.duration,
+        keys=settings.keys,
+        tasks=settings.tasks,
+        rounds=settings.rounds,
+        scenarios=chosen_scenarios,
+        libraries=chosen_libraries,
+        python=f"Python {platform.python_version()} ({platform.python_implementation()}) on "
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs",
+        load="load average at start: " + ", ".join(f"{x:.2f}" for x in os.getloadavg()),
+        prefix=root,
+    )
+    import redis
+
+    result.versions["redis-py"] = redis.__version__
+    with redis.Redis.from_url(settings.url) as probe:
+        result.versions["Redis server"] = str(probe.info("server").get("redis_version", "?"))
+
+    measured: list[RedisSubject] = floor_subjects()
+    for library in chosen_libraries:
+        try:
+            found = subjects(library)
+            result.versions[library] = library_version(library)
+        except ImportError as exc:
+            result.skipped[library] = f"cannot import it: {describe(exc)}"
+            continue
+        measured += found
+    result.calls.update({(s.library, s.algorithm): s.how for s in measured})
+
+    def target(subj: RedisSubject, tag: str = "") -> Target:
+        return Target(settings.url, f"{root}{subj.library}.{subj.algorithm}{tag}:")
+
+    steps: list[tuple[str, Any]] = []
+    for n in range(settings.rounds):
+        round_tag = f" (round {n + 1}/{settings.rounds})" if settings.rounds > 1 else ""
+        for mode in MODES:
+            for scenario in chosen_scenarios:
+                for subj in measured:
+                    label = f"{mode} {scenario} {subj.library} {subj.algorithm}{round_tag}"
+                    steps.append((label, ("cell", subj, scenario, mode)))
+        if settings.coalescing:
+            for tag, options in (("coalesced", {}), ("uncoalesced", UNBATCHED)):
+                subj = ratekeeper_subject("gcra", options)
+                steps.append((f"coalescing ratekeeper gcra {tag}{round_tag}", ("coalesce", subj, tag)))
+    if settings.hammer:
+        for subj in measured:
+            if subj.library != "redis-py":
+                steps.append((f"hammer {subj.library} {subj.algorithm}", ("hammer", subj)))
+
+    many = _keys("many_keys", settings.keys)
+    rounds: dict[tuple[str, str, str, str], list[Cell]] = {}
+    bar = report.Progress(progress_stream or sys.stderr, len(steps), enabled=progress)
+    pool: ProcessPoolExecutor | None = None
+    try:
+        for label, step in steps:
+            bar.start(label)
+            try:
+                if step[0] == "cell":
+                    _, subj, scenario, mode = step
+                    keys = ["hot"] if scenario == "hot_key" else many
+                    cell = _measure(subj, target(subj), scenario, mode, keys, settings)
+                    rounds.setdefault(("cell", *_cell_id(cell)), []).append(cell)
+                    summary = _summary(cell.sample)
+                elif step[0] == "coalesce":
+                    _, subj, tag = step
+                    sample = asyncio.run(
+                        _measure_async(subj, target(subj, tag), ["hot"], settings.duration, COALESCING_CALLERS)
+                    )
+                    cell = Cell(subj.library, tag, "hot_key", "async", (), sample)
+                    rounds.setdefault(("coalesce", *_cell_id(cell)), []).append(cell)
+                    summary = _summary(sample)
+                else:
+                    _, subj = step
+                    if pool is None:
+                        pool = _hammer_pool(chosen_libraries)
+                    ham = _hammer(pool, subj, target(subj, "-hammer"))
+                    result.hammer.append(ham)
+                    summary = f"{ham.admitted} admitted of {ham.expected} expected, {ham.errors} errors"
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
+                result.failures.append((label, describe(exc)))
+                bar.note(f"{label}: failed: {describe(exc)}")
+                summary = "failed"
+            bar.finish(label, summary)
+    finally:
+        bar.close()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        cleanup(settings.url, root)
+    for (kind, *_), cells in rounds.items():
+        (result.cells if kind == "cell" else result.coalescing).append(_median(cells))
+
+    out.write(result.to_markdown())
+    out.flush()
+    return result
+
+
+def _cell_id(cell: Cell) -> tuple[str, str, str]:
+    return cell.library, cell.algorithm, f"{cell.scenario} {cell.mode}"
+
+
+def _median(cells: list[Cell]) -> Cell:
+    """The round with the median rate (the lower middle one of an even count), with every round's rate."""
+    ordered = sorted(cells, key=lambda c: c.rate)
+    middle = ordered[(len(ordered) - 1) // 2]
+    return replace(middle, round_rates=tuple(c.rate for c in cells))
+
+
+def _summary(sample: Sample) -> str:
+    text = (
+        f"{report.format_rate(sample.rate)} decisions/s, p50 {sample.p50_us:,.0f} µs, p99 {sample.p99_us:,.0f} µs, "
+        f"{report.format_fraction(sample.allowed / sample.calls if sample.calls else 0.0)} allowed"
+    )
+    return text + (f", {sample.errors} errors ({sample.first_error})" if sample.errors else "")
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _times(value: float, of: float) -> str:
+    return f"{value / of:.2f}×" if of > 0 else "n/a"
+
+
+def _spread(cell: Cell, rounds: int) -> str:
+    if rounds <= 1:
+        return ""
+    low, high = min(cell.round_rates, default=0.0), max(cell.round_rates, default=0.0)
+    return f" {report.format_rate(low)}–{report.format_rate(high)} |"
+
+
+def render_markdown(result: RedisBenchResult) -> str:
+    """Settings, one table per (mode, scenario), the coalescing table, the hammer table, notes."""
+    versions = ", ".join(f"{lib} {v}" for lib, v in result.versions.items())
+    out = [
+        "## Redis store: ratekeeper and its peers on the same Redis",
+        "",
+        f"One run on `{result.url}`: {result.python}; {versions}; {result.load}.",
+        f"Every cell runs {result.duration:g} s"
+        + (
+            f", {result.rounds} times, the rounds interleaved (every cell, then every cell again); the table shows "
+            "the round with the median rate, and the range over the rounds,"
+            if result.rounds > 1
+            else ""
+        )
+        + f" under a limit of {SPEC} per key (nearly every call allowed, so "
+        f"every library writes its state). *sync*: one thread, calls back to back; *async*: {result.tasks} "
+        "asyncio tasks sharing one limiter. Latency is per call, timed with `perf_counter_ns`. *× floor*: the "
+        "rate over the raw floor in the same table (one redis-py `EVALSHA` of `return 1` per call). *compared*: "
+        "for ratekeeper, its rate over the best peer in the table (named); for a peer, its rate over "
+        "ratekeeper's best comparable algorithm (named).",
+        "",
+    ]
+    for mode in MODES:
+        for scenario in result.scenarios:
+            rows = result.rows(scenario, mode)
+            if not rows:
+                continue
+            keys = "one key" if scenario == "hot_key" else f"{result.keys:,} keys round robin"
+            how = "sync, one thread" if mode == "sync" else f"asyncio, {result.tasks} tasks"
+            out += [
+                f"### {how}: `{scenario}` ({keys})",
+                "",
+                "| library | algorithm | decisions/s | p50 µs | p99 µs | allowed | errors | × floor | compared |"
+                + (" rounds: min–max/s |" if result.rounds > 1 else ""),
+                "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+                + (" ---: |" if result.rounds > 1 else ""),
+            ]
+            floor = result.floor(scenario, mode)
+            best_peer = result.best_peer(scenario, mode)
+            for cell in rows:
+                s = cell.sample
+                versus = ""
+                if cell.library == "ratekeeper" and best_peer is not None:
+                    versus = (
+                        f"{_times(cell.rate, best_peer.rate)} best peer ({best_peer.library} {best_peer.algorithm})"
+                    )
+                elif cell.library != "redis-py":
+                    ref = result.best_ratekeeper(scenario, mode, cell.comparable)
+                    versus = f"{_times(cell.rate, ref.rate)} ratekeeper {ref.algorithm}" if ref else "n/a"
+                out.append(
+                    f"| {cell.library} | {cell.algorithm} | {report.format_rate(cell.rate)} | {s.p50_us:,.0f} | "
+                    f"{s.p99_us:,.0f} | {report.format_fraction(s.allowed / s.calls if s.calls else 0.0)} | "
+                    f"{s.errors} | {_times(cell.rate, floor.rate) if floor else 'n/a'} | {versus} |"
+                    + _spread(cell, result.rounds)
+                )
+            out.append("")
+    if result.coalescing:
+        out += [
+            f"### Coalescing: one hot key, {COALESCING_CALLERS} concurrent async callers, ratekeeper gcra",
+            "",
+            "| ratekeeper | decisions/s | p50 µs | p99 µs | errors | × uncoalesced |"
+            + (" rounds: min–max/s |" if result.rounds > 1 else ""),
+            "| --- | ---: | ---: | ---: | ---: | ---: |" + (" ---: |" if result.rounds > 1 else ""),
+        ]
+        plain = next((c for c in result.coalescing if c.algorithm == "uncoalesced"), None)
+        for cell in result.coalescing:
+            s = cell.sample
+            ratio = _times(cell.rate, plain.rate) if plain else "n/a"
+            out.append(
+                f"| {cell.algorithm} | {report.format_rate(cell.rate)} | {s.p50_us:,.0f} | {s.p99_us:,.0f} | "
+                f"{s.errors} | {ratio} |" + _spread(cell, result.rounds)
+            )
+        out += ["", f"Uncoalesced means `Limiter(url, {', '.join(f'{k}={v!r}' for k, v in UNBATCHED.items())})`.", ""]
+    if result.hammer:
+        attempts = HAMMER_PROCESSES * HAMMER_THREADS * HAMMER_ATTEMPTS
+        out += [
+            f"### The hammer: {HAMMER_PROCESSES} processes × {HAMMER_THREADS} threads, one key, limit "
+            f"{HAMMER_SPEC}, {attempts} attempts",
+            "",
+            "| library | algorithm | admitted | expected | errors | verdict |",
+            "| --- | --- | ---: | ---: | ---: | --- |",
+        ]
+        for ham in result.hammer:
+            if ham.admitted == ham.expected:
+                verdict = "exact"
+            elif ham.admitted > ham.expected:
+                verdict = f"**over-admitted by {ham.admitted - ham.expected}**"
+            else:
+                verdict = f"**under-admitted by {ham.expected - ham.admitted}**"
+            errors = f"{ham.errors} ({ham.first_error})" if ham.first_error else str(ham.errors)
+            out.append(f"| {ham.library} | {ham.algorithm} | {ham.admitted} | {ham.expected} | {errors} | {verdict} |")
+        out.append("")
+    out += ["What each row calls:", ""]
+    out += [f"- {library} `{algorithm}`: {how}" for (library, algorithm), how in result.calls.items()]
+    for library, reason in result.skipped.items():
+        out.append(f"- {library}: not measured ({reason})")
+    if result.failures:
+        out += ["", "Steps that failed:", ""]
+        out += [f"- {label}: {error}" for label, error in result.failures]
+    out.append("")
+    return "\n".join(out)
+
+
+# -- command line -------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``ratekeeper bench redis`` to ``parser``."""
+    parser.add_argument("--url", default=DEFAULT_URL, help=f"the Redis to use (default {DEFAULT_URL})")
+    add_common_options(
+        parser, duration=DEFAULT_DURATION, quick_duration=QUICK_DURATION, keys=DEFAULT_KEYS, quick_keys=QUICK_KEYS
+    )
+    parser.add_argument(
+        "--tasks", type=count(1), default=DEFAULT_TASKS, metavar="N", help=f"asyncio tasks (default {DEFAULT_TASKS})"
+    )
+    parser.add_argument(
+        "--rounds",
+        type=count(1),
+        default=1,
+        metavar="N",
+        help="run every cell N times, interleaved, and report the median round (default 1)",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        dest="scenarios",
+        choices=SCENARIOS,
+        metavar="NAME",
+        help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}",
+    )
+    parser.add_argument(
+        "--library",
+        action="append",
+        dest="libraries",
+        choices=LIBRARIES[1:],
+        metavar="NAME",
+        help=f"compare only with this library (repeatable): {', '.join(LIBRARIES[1:])}; ratekeeper always runs",
+    )
+    parser.add_argument("--no-hammer", action="store_false", dest="hammer", help="skip the 8-process hammer")
+    parser.add_argument("--no-coalescing", action="store_false", dest="coalescing", help="skip the coalescing cells")
+
+
+def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> RedisBenchResult:
+    """Run the benchmark as parsed by a parser given ``add_arguments``."""
+    quick: bool = args.quick
+    settings = Settings(
+        url=args.url,
+        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
+        keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
+        tasks=args.tasks,
+        rounds=args.rounds,
+        hammer=args.hammer,
+        coalescing=args.coalescing,
+    )
+    return run_redis_bench(
+        settings, args.scenarios, args.libraries, out, args.progress, progress_stream=progress_stream
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a step failed."""
+    return finish(bench_from_args(args, sys.stdout), args.markdown)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="ratekeeper bench redis",
+        description="Compare ratekeeper's Redis store with limits, pyrate-limiter and throttled-py.",
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
