@@ -29,6 +29,7 @@ LAYERS: dict[str, int] = {
     # the shell: Limiter / AsyncLimiter, failure policy, breaker, observer
     "limiter": 4,
     "testing": 5,
+    "metrics": 5,  # an Observer: Prometheus metrics of the limiter
     # what comes around the library
     "config": 6,
     "web": 7,

@@ -1,0 +1,204 @@
+"""``Metrics``: Prometheus metrics of a limiter, labelled per rule and never per key.
+
+An ``Observer`` (``ratekeeper.limiter.observer``) plus the reports that only the layers
+above the limiter know of (shadow rules, skipped requests, reloads, transports)::
+
+    from ratekeeper import Limiter
+    from ratekeeper.metrics import Metrics
+
+    metrics = Metrics()                      # its own CollectorRegistry
+    limiter = Limiter("redis://cache:6379/0", observer=metrics)
+    body, content_type = metrics.exposition()  # what GET /metrics answers
+
+The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
+
+- ``ratekeeper_decisions_total{rule, outcome}``: each decision that charged or refused.
+  ``outcome`` is one of ``OUTCOMES``: ``fallback`` when the failure policy answered
+  (``decision.fallback`` is set), else ``shadow_over`` for a refusal of a rule named in
+  ``shadow_rules`` (a shadow rule never refuses a request), ``over`` for any other
+  refusal, ``near`` for an admission that left some limit at least ``near`` (80 %) used,
+  and ``within`` for the other admissions.
+- ``ratekeeper_store_latency_seconds``: a histogram of every store call.
+- ``ratekeeper_store_errors_total{cause}``: failed store calls by the ``StoreError``
+  class name (``StoreError``, ``StoreTimeout``, ...).
+- ``ratekeeper_breaker_state{state}``: 1 for the circuit breaker's current state
+  (``closed``, ``open``, ``half_open``), 0 for the two others.
+- ``ratekeeper_config_reloads_total{result}``: reloads of the rules, ``ok`` or ``failed``.
+- ``ratekeeper_requests_total{transport}``: requests received, by transport (``http``,
+  ``grpc``, ``asgi``, ...).
+- ``ratekeeper_skipped_total{rule}``: requests a rule did not limit because their key
+  could not be built (a header or path part was missing).
+
+Label values are rule names, outcome and state names, class names and transports: all
+bounded by the configuration, so the series stay few however many keys are limited.
+
+prometheus-client is imported when a ``Metrics`` is built, not when this module is:
+``pip install 'ratekeeper[metrics]'`` when it is missing. All methods are thread-safe and
+never block (prometheus-client's counters take a short lock each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from ratekeeper.decision import Decision
+    from ratekeeper.errors import StoreError
+
+__all__ = ["BREAKER_STATES", "OUTCOMES", "Metrics", "outcome_of"]
+
+OUTCOMES = ("within", "near", "over", "shadow_over", "fallback")
+"""The values of the ``outcome`` label of the decisions counter."""
+
+BREAKER_STATES = ("closed", "open", "half_open")
+"""The states of the circuit breaker (``ratekeeper.limiter.breaker``), as gauge labels."""
+
+NEAR = 0.8
+"""The share of a limit used from which an admission counts as ``near``."""
+
+LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+"""Store latency buckets in seconds: an in-process store answers in microseconds, a
+Redis or PostgreSQL round trip in a fraction of a millisecond to a few; the top buckets
+catch timeouts."""
+
+
+def _prometheus() -> Any:
+    try:
+        import prometheus_client
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "ratekeeper's metrics need prometheus-client: pip install 'ratekeeper[metrics]'",
+            name="prometheus_client",
+        ) from exc
+    return prometheus_client
+
+
+def outcome_of(decision: Decision, shadow: bool = False, near: float = NEAR) -> str:
+    """The ``outcome`` label of one decision (see the module docstring).
+
+    ``near`` compares each limit's used share after the decision, ``1 - remaining /
+    capacity`` (capacity is the limit's burst when it has one, else its count), with the
+    threshold; the most used limit decides, so a rule of "5/3s" and "20/minute" is near
+    once either is.
+    """
+    if decision.fallback:
+        return "fallback"
+    if not decision.allowed:
+        return "shadow_over" if shadow else "over"
+    for limit, remaining in zip(decision.rule_limits, decision.remaining_each, strict=False):
+        capacity = limit.capacity
+        if capacity > 0 and capacity - remaining >= near * capacity:
+            return "near"
+    return "within"
+
+
+class Metrics:
+    """Prometheus metrics of one limiter (or several: a middleware's and a service's
+    limiters may share one), registered in ``registry``.
+
+    ``registry`` defaults to a new ``CollectorRegistry`` of this object's own, so two
+    ``Metrics`` never collide; pass ``prometheus_client.REGISTRY`` to join the process's
+    default registry (and the ``/metrics`` endpoint an application already serves).
+    ``near`` is the used share from which an admission is counted as ``near``.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        namespace: str = "ratekeeper",
+        *,
+        near: float = NEAR,
+    ) -> None:
+        if not 0 < near <= 1:
+            raise ValueError(f"near must be a share of a limit in (0, 1], got {near!r}")
+        prom = _prometheus()
+        self._prom = prom
+        self.registry: CollectorRegistry = prom.CollectorRegistry() if registry is None else registry
+        self.near = near
+        self._shadow: frozenset[str] = frozenset()
+        common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
+        self.decisions = prom.Counter(
+            "decisions", "Decisions that charged or refused, per rule and outcome", ["rule", "outcome"], **common
+        )
+        self.store_latency = prom.Histogram(
+            "store_latency_seconds", "Duration of each store call", buckets=LATENCY_BUCKETS, **common
+        )
+        self.store_errors = prom.Counter(
+            "store_errors", "Failed store calls, by the StoreError class raised", ["cause"], **common
+        )
+        self.breaker_state = prom.Gauge(
+            "breaker_state", "1 for the circuit breaker's current state, else 0", ["state"], **common
+        )
+        self.reloads = prom.Counter("config_reloads", "Reloads of the rules, by result", ["result"], **common)
+        self.requests = prom.Counter("requests", "Requests received, by transport", ["transport"], **common)
+        self.skips = prom.Counter(
+            "skipped", "Requests a rule did not limit: their key could not be built", ["rule"], **common
+        )
+        for state in BREAKER_STATES:
+            self.breaker_state.labels(state).set(1 if state == "closed" else 0)
+        for result in ("ok", "failed"):
+            self.reloads.labels(result)  # both series exist from the start: rate() sees the first failure
+        # The labelled children, resolved once per (rule, outcome): ``labels()`` costs a
+        # lock and a tuple per call; rule names are bounded by the configuration.
+        self._children: dict[tuple[str, str], Any] = {}
+
+    # -- the Observer protocol ---------------------------------------------------------
+
+    def decided(self, decision: Decision) -> None:
+        """Count one decision under its rule and outcome."""
+        rule = decision.rule
+        outcome = outcome_of(decision, rule in self._shadow, self.near)
+        child = self._children.get((rule, outcome))
+        if child is None:
+            child = self._children.setdefault((rule, outcome), self.decisions.labels(rule, outcome))
+        child.inc()
+
+    def store_call(self, seconds: float, error: StoreError | None) -> None:
+        """Observe one store call's duration; count its error by class name."""
+        self.store_latency.observe(seconds)
+        if error is not None:
+            self.store_errors.labels(type(error).__name__).inc()
+
+    def breaker_changed(self, old: str, new: str) -> None:
+        """Move the breaker gauge to ``new``."""
+        self.breaker_state.labels(old).set(0)
+        self.breaker_state.labels(new).set(1)
+
+    # -- what the layers above the limiter report --------------------------------------
+
+    def shadow_rules(self, names: Iterable[str]) -> None:
+        """The rules in shadow mode from now on (replacing the previous set): their
+        refusals count as ``shadow_over``."""
+        self._shadow = frozenset(names)
+
+    def skipped(self, rule: str) -> None:
+        """A request ``rule`` did not limit because its key could not be built."""
+        self.skips.labels(rule).inc()
+
+    def reloaded(self, ok: bool) -> None:
+        """A reload of the rules: accepted (``ok``) or refused."""
+        self.reloads.labels("ok" if ok else "failed").inc()
+
+    def request(self, transport: str) -> None:
+        """One request received over ``transport`` (``http``, ``grpc``, ...)."""
+        self.requests.labels(transport).inc()
+
+    # -- reading -----------------------------------------------------------------------
+
+    def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
+        """The registry in the text format, and its content type: the body of ``/metrics``.
+
+        ``accept`` is the scraper's ``Accept`` header: the OpenMetrics format is answered
+        when it asks for it, Prometheus's text format 0.0.4 otherwise.
+        """
+        encoder, content_type = self._prom.exposition.choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def value(self, name: str, **labels: str) -> float | None:
+        """The current value of one sample (``name`` with the namespace, e.g.
+        ``"ratekeeper_decisions_total"``), or None when it does not exist."""
+        result: float | None = self.registry.get_sample_value(name, labels)
+        return result
