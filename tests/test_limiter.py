@@ -667,3 +667,35 @@ def test_str_subclass_key_error_does_not_blame_the_cost() -> None:
         limiter.try_acquire(rule, Tier.GOLD)
     except InvalidRequest as exc:
         assert "cost" not in str(exc), str(exc)
+
+
+@pytest.mark.parametrize("wait", [2.0, 0.0])
+def test_limiter_refuses_to_decorate_a_coroutine_function_with_wait(wait: float) -> None:
+    """Limiter.limit(wait=...) on an async function would time.sleep on the event loop:
+    refused at decoration, pointing to AsyncLimiter (whose on_error and breaker are the
+    user's own, unlike a second limiter built behind the user's back)."""
+    limiter = Limiter()
+    with pytest.raises(ConfigurationError) as excinfo:
+
+        @limiter.limit(Rule("export", ["1/300ms"]), wait=wait)
+        async def export() -> int:
+            return 1
+
+    assert "waits with a blocking sleep" in str(excinfo.value)
+    assert "AsyncLimiter" in str(excinfo.value)
+
+
+@pytest.mark.redis
+def test_limiter_refuses_to_decorate_a_coroutine_function_on_a_server_store() -> None:
+    """A Redis Limiter blocks on I/O: on a coroutine function it is refused, not run on the loop."""
+    limiter = Limiter("redis://127.0.0.1:6379/0")
+    try:
+        with pytest.raises(ConfigurationError) as excinfo:
+
+            @limiter.limit(Rule("export", ["1/s"]))
+            async def export() -> int:
+                return 1
+
+        assert "blocks on its store's I/O" in str(excinfo.value)
+    finally:
+        limiter.close()

@@ -1,40 +1,70 @@
 """Write the blocking modules from their asyncio sources (``PAIRS``).
 
 The blocking ``Limiter`` is the asyncio ``AsyncLimiter`` without ``async``/``await``, and
-the Redis store's calls (``redis_calls.py``) are those of ``redis_calls_async.py``: one
-source each, so the twins can never drift (the approach of psycopg's
-``tools/async_to_sync.py`` and httpcore's ``scripts/unasync.py``). ``--check`` exits 1
-when a target is not what this script would write; ``tests/test_unasync.py`` runs it.
+the stores' blocking calls are those of their ``calls_async.py``: one source each, so the
+twins can never drift (the approach of psycopg's ``tools/async_to_sync.py`` and httpcore's
+``scripts/unasync.py``).
+
+The source is transformed token by token (``tokenize``), never by regular expressions
+over text, so strings and comments are never rewritten by accident:
+
+- ``async def`` / ``async with`` / ``async for`` lose ``async``; ``await`` disappears;
+- names are renamed by ``NAMES`` (every pair) and the pair's own map;
+- a name left twice in a row by the renaming (``AsyncStore, Store`` -> ``Store, Store``,
+  ``AsyncStore | Store``) is written once.
+
+The result goes through ``ruff format`` (the version pinned by the ``test`` extra) only to
+lay out the lines the removals shortened. ``--check`` exits 1 when a target is not what
+this script would write; ``tests/test_unasync.py`` runs it.
 """
 
 from __future__ import annotations
 
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "ratekeeper"
 
-# (asyncio source, blocking target, the target's docstring's first line)
-PAIRS: list[tuple[Path, Path, str]] = [
+NAMES: dict[str, str] = {
+    "AsyncStore": "Store",
+    "open_async_store": "open_store",
+    "run_async": "run_sync",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
+    "aclose": "close",
+    "AsyncObservedStore": "ObservedStore",
+}
+"""Renames that hold for every pair."""
+
+# (asyncio source, blocking target, the target's docstring's first line, the pair's renames)
+PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
     (
         PACKAGE / "limiter" / "async_limiter.py",
         PACKAGE / "limiter" / "limiter.py",
         "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.",
+        {"AsyncLimiter": "Limiter", "AsyncLease": "Lease"},
     ),
     (
         PACKAGE / "stores" / "redis" / "calls_async.py",
         PACKAGE / "stores" / "redis" / "calls.py",
         "What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.",
+        {"AsyncRedisCalls": "RedisCalls", "async_client": "sync_client"},
     ),
     (
         PACKAGE / "stores" / "postgres" / "calls_async.py",
         PACKAGE / "stores" / "postgres" / "calls.py",
         "What the blocking PostgreSQL store runs and how: connections, statements, the schema, errors.",
+        {"AsyncPostgresCalls": "PostgresCalls"},
     ),
 ]
+
+_JOINERS = {",", "|"}
 
 
 def header(source: Path, title: str) -> str:
@@ -45,37 +75,67 @@ and run ``python tools/unasync.py``.
 """
 '''
 
-# (pattern, replacement), applied in order to everything after the module docstring.
-RULES: list[tuple[str, str]] = [
-    (r"\basync def ", "def "),
-    (r"\bawait ", ""),
-    (r"\bAsyncLimiter\b", "Limiter"),
-    (r"\bAsyncRedisCalls\b", "RedisCalls"),
-    (r"\bAsyncPostgresCalls\b", "PostgresCalls"),
-    (r"\basync with ", "with "),
-    (r"\basync_client\b", "sync_client"),
-    (r"\bAsyncLease\b", "Lease"),
-    (r"\bAsyncObservedStore\b", "ObservedStore"),
-    (r"\bAsyncStore \| Store\b", "Store"),
-    (r"\bAsyncStore\b", "Store"),
-    (r"\bopen_async_store\b", "open_store"),
-    (r"\brun_async\b", "run_sync"),
-    (r"\b__aenter__\b", "__enter__"),
-    (r"\b__aexit__\b", "__exit__"),
-    (r"\baclose\b", "close"),
-    (r"is_async_limiter=True", "is_async_limiter=False"),
-    (r"from ratekeeper\.stores\.base import Store, Store\n", "from ratekeeper.stores.base import Store\n"),
-]
+
+def _rename_words(text: str, names: dict[str, str]) -> str:
+    """``text`` (a string or comment token) with each mapped name renamed as a whole word."""
+    return re.sub(r"\b\w+\b", lambda m: names.get(m.group(0), m.group(0)), text)
 
 
-def generate(source: str, path: Path, target: Path, title: str) -> str:
-    """The sync module, formatted as the project formats code (``ruff format``)."""
-    body = source[source.index('"""', 3) + 3 :].lstrip("\n")
-    for pattern, replacement in RULES:
-        body = re.sub(pattern, replacement, body)
+def _edits(tokens: list[_Token], names: dict[str, str]) -> list[tuple[int, int, str]]:
+    """(start, end, replacement) character spans of the source to rewrite."""
+    edits: list[tuple[int, int, str]] = []
+    kept: list[tuple[str, bool]] = []  # the significant tokens written so far, and whether renamed
+    for i, tok in enumerate(tokens):
+        start, end = tok.start_offset, tok.end_offset
+        if tok.type in (tokenize.STRING, tokenize.COMMENT):
+            renamed = _rename_words(tok.string, names)
+            if renamed != tok.string:
+                edits.append((start, end, renamed))
+            continue
+        if tok.type != tokenize.NAME:
+            if tok.type == tokenize.OP:
+                kept.append((tok.string, False))
+            continue
+        following = tokens[i + 1]
+        if (tok.string == "async" and following.string in ("def", "with", "for")) or tok.string == "await":
+            # Up to the next token: the keyword and the space after it.
+            edits.append((start, following.start_offset, ""))
+            continue
+        new = names.get(tok.string, tok.string)
+        # "X, X" or "X | X" left by a rename: keep the first.
+        renamed = new != tok.string
+        if len(kept) >= 2 and kept[-1][0] in _JOINERS and kept[-2][0] == new and (renamed or kept[-2][1]):
+            edits.append((tokens[i - 1].start_offset, end, ""))
+            continue
+        if renamed:
+            edits.append((start, end, new))
+        kept.append((new, renamed))
+    return edits
+
+
+def generate(source: str, path: Path, target: Path, title: str, renames: dict[str, str]) -> str:
+    """The blocking module, formatted as the project formats code."""
+    lines = source.splitlines(keepends=True)
+    line_starts = [0]
+    for line in lines:
+        line_starts.append(line_starts[-1] + len(line))
+
+    def offset(row_col: tuple[int, int]) -> int:
+        return line_starts[row_col[0] - 1] + row_col[1]
+
+    tokens = [
+        _Token(t.type, t.string, offset(t.start), offset(t.end))
+        for t in tokenize.generate_tokens(io.StringIO(source).readline)
+    ]
+    docstring = next(t for t in tokens if t.type == tokenize.STRING)
+    body_tokens = [t for t in tokens if t.start_offset >= docstring.end_offset]
+    code = source
+    for start, end, text in sorted(_edits(body_tokens, {**NAMES, **renames}), reverse=True):
+        code = code[:start] + text + code[end:]
+    code = code[docstring.end_offset :]
     formatted = subprocess.run(
         [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(target), "-"],
-        input=header(path, title) + "\n" + body,
+        input=header(path, title) + "\n" + code.lstrip("\n"),
         capture_output=True,
         text=True,
         check=True,
@@ -84,10 +144,17 @@ def generate(source: str, path: Path, target: Path, title: str) -> str:
     return formatted.stdout
 
 
+class _Token(NamedTuple):
+    type: int
+    string: str
+    start_offset: int
+    end_offset: int
+
+
 def main(argv: list[str]) -> int:
     stale = 0
-    for source, target, title in PAIRS:
-        expected = generate(source.read_text(), source, target, title)
+    for source, target, title, renames in PAIRS:
+        expected = generate(source.read_text(), source, target, title, renames)
         if "--check" not in argv:
             target.write_text(expected)
         elif not target.exists() or target.read_text() != expected:

@@ -24,14 +24,19 @@ def _resolver(value: Any) -> Callable[..., Any]:
     return lambda *args, **kwargs: value
 
 
+def _decides_in_process(limiter: Any) -> bool:
+    from ratekeeper.stores.url import in_process_decide
+
+    store = getattr(limiter.store, "store", limiter.store)  # under an ObservedStore
+    return in_process_decide(store) is not None
+
+
 def limit_decorator(
     limiter: Any,
     rule: Any,
     key: str | Callable[..., str],
     cost: int | Callable[..., int],
     wait: float | None,
-    *,
-    is_async_limiter: bool,
 ) -> Callable[[F], F]:
     from ratekeeper.rule import Rule
 
@@ -41,12 +46,25 @@ def limit_decorator(
     key_of = _resolver(key)
     cost_of = _resolver(cost)
 
+    # An AsyncLimiter's methods are coroutine functions; a Limiter's block.
+    is_async_limiter = inspect.iscoroutinefunction(limiter.try_acquire)
+
     def decorate(func: F) -> F:
         is_coroutine = inspect.iscoroutinefunction(func)
         if is_async_limiter and not is_coroutine:
             raise ConfigurationError(
                 f"AsyncLimiter.limit decorates async functions; {func.__qualname__} is not one "
                 "(use Limiter.limit for plain functions)"
+            )
+        if is_coroutine and not is_async_limiter and (wait is not None or not _decides_in_process(limiter)):
+            # Limiter's calls block (store I/O, acquire's sleep): inside a coroutine they
+            # would stall the event loop. Only a try_acquire on the memory store, which
+            # never waits, is safe there.
+            why = "waits with a blocking sleep" if wait is not None else "blocks on its store's I/O"
+            raise ConfigurationError(
+                f"Limiter.limit on the coroutine function {func.__qualname__} {why}, which would stall "
+                "the event loop: decorate it with an AsyncLimiter's limit instead "
+                "(AsyncLimiter(store, on_error=...).limit(...))"
             )
 
         def settle(decision: Decision) -> None:
@@ -73,19 +91,11 @@ def limit_decorator(
             else:
                 limiter.acquire(rule, k, c, timeout=wait)
 
-        if is_coroutine:
-            # A coroutine must not block its loop while it waits: it waits through an
-            # AsyncLimiter over the same store.
-            from ratekeeper.limiter.async_limiter import AsyncLimiter
-
-            waiter = AsyncLimiter(limiter.store) if wait is not None else None
+        if is_coroutine:  # a memory-store Limiter without wait: deciding never blocks
 
             @functools.wraps(func)
             async def limited_coroutine(*args: Any, **kwargs: Any) -> Any:
-                if waiter is None:
-                    charge(args, kwargs)
-                else:
-                    await waiter.acquire(rule, key_of(*args, **kwargs), cost_of(*args, **kwargs), timeout=wait)
+                charge(args, kwargs)
                 return await func(*args, **kwargs)
 
             return limited_coroutine  # type: ignore[return-value]

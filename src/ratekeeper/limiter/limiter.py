@@ -216,7 +216,7 @@ class Limiter:
         ``key`` and ``cost`` are constants or callables given the call's arguments. A refused
         call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
         """
-        return limit_decorator(self, rule, key, cost, wait, is_async_limiter=False)
+        return limit_decorator(self, rule, key, cost, wait)
 
     def _decide(self, rule: Rule, op: Op) -> Decision:
         try:
