@@ -1,0 +1,582 @@
+"""The request-to-decision core that every HTTP integration shares (ASGI, WSGI, Django, FastAPI).
+
+API (stable; integrations build on it)::
+
+    core = RateLimitCore(rules=..., store="memory://", asynchronous=True, **options)
+    view = RequestView(method="GET", path="/items/alice", host="api.example",
+                       headers={"x-api-key": "k1"}, query_string="a=1", peer="10.0.0.7",
+                       user=None, route=None, path_params={}, native=scope)
+    verdict = await core.check_async(view)         # or core.check_sync(view) (asynchronous=False)
+    if not verdict.allowed:
+        send(verdict.status, verdict.headers, verdict.body)   # the 429 (or deny_response's)
+    else:
+        ... call the app, add verdict.headers to its response ...
+        await core.finish_async(verdict, status)   # or core.finish_sync: refunds, lease releases
+
+``verdict.headers`` is a list of ``(name, value)`` str pairs: on a pass, the rate-limit
+headers to add to the app's response (empty when no enforced rule applied); on a denial,
+every header of the 429 including ``Content-Type`` and ``Retry-After``. ``finish_*`` must be
+called once per allowed verdict after the app answered (with 500 when the app raised); it
+does nothing for exempt or unlimited requests.
+
+Options (the same names in every integration):
+
+- ``rules``: a path to a rules file (reloaded when it changes), a ``RuleSet``, a list of
+  ``HttpRule`` or ``Rule`` (a bare ``Rule`` applies to every request, with one global key).
+- ``store`` (URL or store object; default ``memory://``) or ``limiter`` (a ``Limiter`` for
+  sync integrations, an ``AsyncLimiter`` for async ones). ``on_error`` is the limiter's
+  failure policy for rules without their own (default ``"allow"``: a web site stays up
+  when its store is down; a rule's ``on_error: deny`` keeps e.g. login closed).
+- ``trusted_proxies`` (networks whose ``Forwarded`` / ``X-Forwarded-For`` are believed),
+  ``ipv6_prefix`` (64).
+- ``exempt_paths`` (path templates, ``/static/*``), ``exempt_methods``, ``exempt_keys``
+  (a request any of whose rendered keys is listed is not limited at all),
+  ``exempt_networks`` (client addresses), ``exempt`` (``callable(view) -> bool``).
+- ``user``: ``callable(view) -> str | None``, the ``{user}`` part (default: what the
+  integration found, e.g. ``REMOTE_USER`` or Starlette's ``scope["user"]``).
+- ``cost``: an int for every rule, a key template (``"{header.x-cost}"``), a
+  ``callable(view, http_rule) -> int | None`` (None: the rule's own cost), or a mapping of
+  rule name to any of those (a callable there takes ``view`` only).
+- ``refund_statuses``: response statuses (e.g. ``range(500, 600)``) whose charges are given back.
+- ``shadow``: True (every rule) or rule names: decided and charged but never refusing,
+  never in headers. Each shadow rule is its own transaction, apart from the enforced ones.
+- ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families.
+- ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
+  the 429 (the rate-limit headers are still added unless switched off).
+- ``metrics``: a ``ratekeeper.metrics.Metrics`` (the limiter's observer; told skipped
+  rules, shadow rules and reloads).
+
+How one request is decided: the rules whose ``match`` fits, in order; each renders its key
+(a rule whose key or cost cannot be built from the request is skipped and counted, never
+an error page); exemptions end it there; then ONE all-or-nothing ``try_acquire_many`` for
+the enforced rules (a refusal charges none of them) and one transaction per shadow rule.
+The logic is written once as a generator (``check_flow``) that yields the batches to
+decide; ``check_sync`` / ``check_async`` only run them (the shape of
+``ratekeeper.limiter.flows``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import parse_qsl
+
+from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.rule import Rule
+from ratekeeper.web.client_ip import ClientAddress, Networks
+from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
+from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
+
+__all__ = [
+    "Charge",
+    "CheckFlow",
+    "DenyResponse",
+    "RateLimitCore",
+    "RequestView",
+    "Verdict",
+    "WebMetrics",
+]
+
+Item = tuple[Rule, str, int]
+"""One (rule, key, cost) of a batch given to ``try_acquire_many``."""
+
+CheckFlow = Generator[tuple[tuple[Item, ...], ...], Sequence[BatchDecision], "Verdict"]
+"""Yields the batches to decide (the enforced one first, possibly empty, then one per
+shadow rule); receives their ``BatchDecision``s in that order; returns the verdict."""
+
+DenyResponse = Callable[[Sequence[Decision]], tuple[int, Iterable[tuple[str, str]], bytes | str]]
+
+
+class WebMetrics(Protocol):
+    """What the core tells a metrics object besides the limiter's observations."""
+
+    def shadow_rules(self, names: Iterable[str]) -> None: ...
+    def skipped(self, rule: str) -> None: ...
+    def reloaded(self, ok: bool) -> None: ...
+
+
+@dataclass(slots=True)
+class RequestView:
+    """One request, as every integration describes it to the core.
+
+    ``headers`` has lower-case names; a field sent several times is one value joined with
+    ``", "``. ``peer`` is the TCP peer's address (no port), None when unknown (a Unix
+    socket). ``user`` is the authenticated user's id, or a callable giving it (called at
+    most once, only when a rule needs ``{user}``). ``route`` is the route template that
+    matched (``/items/{user}``) when the framework knows it before the app runs;
+    ``path_params`` the framework's own path parameters (a rule's own path template wins).
+    ``native`` is the framework's request object (ASGI scope, WSGI environ, HttpRequest),
+    for the option callables.
+    """
+
+    method: str
+    path: str
+    host: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    query_string: str = ""
+    peer: str | None = None
+    user: str | Callable[[], str | None] | None = None
+    route: str | Callable[[], str | None] | None = None
+    path_params: Mapping[str, str] | Callable[[], Mapping[str, str]] = field(default_factory=dict)
+    native: Any = None
+    _query: dict[str, str] | None = field(default=None, repr=False)
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+    def query(self, name: str) -> str | None:
+        """The first value of query parameter ``name``."""
+        if self._query is None:
+            parsed: dict[str, str] = {}
+            for k, v in parse_qsl(self.query_string, keep_blank_values=True):
+                parsed.setdefault(k, v)
+            self._query = parsed
+        return self._query.get(name)
+
+    def resolved_user(self) -> str | None:
+        if callable(self.user):
+            self.user = self.user()
+        return self.user
+
+    def resolved_route(self) -> str | None:
+        if callable(self.route):
+            self.route = self.route()
+        return self.route
+
+    def resolved_path_params(self) -> Mapping[str, str]:
+        if callable(self.path_params):
+            self.path_params = self.path_params()
+        return self.path_params
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one request charged to one rule, to give back or release after the response."""
+
+    rule: Rule
+    key: str
+    cost: int
+    lease_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The answer for one request: pass (``headers`` to add) or deny (a whole 429)."""
+
+    allowed: bool
+    headers: tuple[tuple[str, str], ...] = ()
+    status: int = 200
+    body: bytes = b""
+    decisions: tuple[Decision, ...] = ()
+    shadow: tuple[Decision, ...] = ()
+    charges: tuple[Charge, ...] = ()
+    skipped: tuple[str, ...] = ()
+    exempt: bool = False
+
+    @property
+    def denied(self) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions if not d.allowed)
+
+
+PASS = Verdict(True)
+EXEMPT = Verdict(True, exempt=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    enforced: tuple[tuple[HttpRule, str, int], ...]
+    shadow: tuple[tuple[HttpRule, str, int], ...]
+    skipped: tuple[str, ...]
+
+
+CostOption = int | str | KeyTemplate | Callable[..., int | None]
+
+
+class RateLimitCore:
+    """Decides requests for one integration instance (see the module docstring)."""
+
+    def __init__(
+        self,
+        rules: Any,
+        *,
+        store: Any = "memory://",
+        limiter: Limiter | AsyncLimiter | None = None,
+        asynchronous: bool,
+        on_error: str = "allow",
+        trusted_proxies: Iterable[str] | str | None = None,
+        ipv6_prefix: int = 64,
+        exempt_paths: Iterable[str] = (),
+        exempt_methods: Iterable[str] = (),
+        exempt_keys: Iterable[str] = (),
+        exempt_networks: Iterable[str] | str | None = None,
+        exempt: Callable[[RequestView], bool] | None = None,
+        user: Callable[[RequestView], str | None] | None = None,
+        cost: CostOption | Mapping[str, CostOption] | None = None,
+        refund_statuses: Collection[int] = (),
+        shadow: bool | Iterable[str] = False,
+        ratelimit_headers: bool = True,
+        x_ratelimit_headers: bool = True,
+        deny_response: DenyResponse | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.asynchronous = asynchronous
+        self.metrics = metrics
+        if limiter is None:
+            kind = AsyncLimiter if asynchronous else Limiter
+            limiter = kind(store, on_error=on_error, observer=metrics)
+        elif asynchronous and not isinstance(limiter, AsyncLimiter):
+            raise ConfigurationError("this integration is asynchronous: pass an AsyncLimiter as limiter=")
+        elif not asynchronous and not isinstance(limiter, Limiter):
+            raise ConfigurationError("this integration is synchronous: pass a Limiter as limiter=")
+        self.limiter = limiter
+        self.client = ClientAddress(Networks(trusted_proxies, what="trusted_proxies"), ipv6_prefix)
+        self.exempt_paths = tuple(PathTemplate.parse(p) for p in _strings(exempt_paths, "exempt_paths"))
+        self.exempt_methods = frozenset(m.upper() for m in _strings(exempt_methods, "exempt_methods"))
+        self.exempt_keys = frozenset(_strings(exempt_keys, "exempt_keys"))
+        self.exempt_networks = Networks(exempt_networks, what="exempt_networks")
+        self.exempt = exempt
+        self.user = user
+        self.cost = _cost_option(cost)
+        self.refund_statuses = frozenset(refund_statuses)
+        self.shadow_all = shadow is True
+        self.shadow_names = frozenset() if isinstance(shadow, bool) else frozenset(_strings(shadow, "shadow"))
+        self.ratelimit_headers = ratelimit_headers
+        self.x_ratelimit_headers = x_ratelimit_headers
+        self.deny_response = deny_response
+        self._source = _RulesSource(rules, metrics)
+        self._shadow_reported: frozenset[str] | None = None
+        self._report_shadow(self._source.current())
+
+    # -- the rules ------------------------------------------------------------------
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules in force (the latest valid version of a rules file)."""
+        ruleset = self._source.current()
+        self._report_shadow(ruleset)
+        return ruleset
+
+    def _is_shadow(self, rule: HttpRule) -> bool:
+        return self.shadow_all or rule.shadow or rule.name in self.shadow_names
+
+    def _report_shadow(self, ruleset: RuleSet) -> None:
+        if self.metrics is None:
+            return
+        names = frozenset(r.name for r in ruleset if self._is_shadow(r))
+        if names != self._shadow_reported:
+            self._shadow_reported = names
+            self.metrics.shadow_rules(sorted(names))
+
+    # -- one request ----------------------------------------------------------------
+
+    def check_flow(self, view: RequestView) -> CheckFlow:
+        """The decision for ``view`` as a flow (see ``CheckFlow``)."""
+        prepared = self._prepare(view)
+        if prepared is None:
+            return EXEMPT
+        if not prepared.enforced and not prepared.shadow:
+            return Verdict(True, skipped=prepared.skipped) if prepared.skipped else PASS
+        batches = (
+            tuple((r.rule, key, cost) for r, key, cost in prepared.enforced),
+            *(((r.rule, key, cost),) for r, key, cost in prepared.shadow),
+        )
+        answers = yield batches
+        return self._verdict(prepared, answers[0], answers[1:])
+
+    def check_sync(self, view: RequestView) -> Verdict:
+        """Decide ``view`` with the blocking ``Limiter``."""
+        limiter = self.limiter
+        assert isinstance(limiter, Limiter), "check_sync needs asynchronous=False"
+        flow = self.check_flow(view)
+        try:
+            batches = next(flow)
+            while True:
+                answers = [limiter.try_acquire_many(b) if b else BatchDecision(()) for b in batches]
+                batches = flow.send(answers)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    async def check_async(self, view: RequestView) -> Verdict:
+        """Decide ``view`` with the ``AsyncLimiter``; the batches of one step run concurrently."""
+        limiter = self.limiter
+        assert isinstance(limiter, AsyncLimiter), "check_async needs asynchronous=True"
+        flow = self.check_flow(view)
+        try:
+            batches = next(flow)
+            while True:
+                if len(batches) == 1:
+                    answers: Sequence[BatchDecision] = [await _many(limiter, batches[0])]
+                else:
+                    answers = await asyncio.gather(*(_many(limiter, b) for b in batches))
+                batches = flow.send(answers)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+    def releases(self, verdict: Verdict, status: int) -> list[Charge]:
+        """What to give back once the app answered ``status``: every charge when the status
+        is in ``refund_statuses``, else only the concurrency leases (held for the request)."""
+        if status in self.refund_statuses:
+            return list(verdict.charges)
+        return [c for c in verdict.charges if c.lease_id is not None]
+
+    def finish_sync(self, verdict: Verdict, status: int) -> None:
+        limiter = self.limiter
+        assert isinstance(limiter, Limiter), "finish_sync needs asynchronous=False"
+        for c in self.releases(verdict, status):
+            limiter.refund(c.rule, c.key, c.cost, lease_id=c.lease_id)
+
+    async def finish_async(self, verdict: Verdict, status: int) -> None:
+        limiter = self.limiter
+        assert isinstance(limiter, AsyncLimiter), "finish_async needs asynchronous=True"
+        for c in self.releases(verdict, status):
+            await limiter.refund(c.rule, c.key, c.cost, lease_id=c.lease_id)
+
+    def close_sync(self) -> None:
+        limiter = self.limiter
+        if isinstance(limiter, Limiter):
+            limiter.close()
+
+    async def aclose(self) -> None:
+        limiter = self.limiter
+        if isinstance(limiter, AsyncLimiter):
+            await limiter.aclose()
+
+    # -- the pure parts ---------------------------------------------------------------
+
+    def _prepare(self, view: RequestView) -> _Prepared | None:
+        """The rules, keys and costs for ``view``; None when the request is exempt."""
+        method = view.method.upper()
+        if method in self.exempt_methods:
+            return None
+        if any(t.match(view.path) is not None for t in self.exempt_paths):
+            return None
+        lookup = _Lookup(self, view)
+        if self.exempt_networks and lookup.client_address() in self.exempt_networks:
+            return None
+        if self.exempt is not None and self.exempt(view):
+            return None
+        enforced: list[tuple[HttpRule, str, int]] = []
+        shadow: list[tuple[HttpRule, str, int]] = []
+        skipped: list[str] = []
+        for rule in self.rules:
+            params = rule.match.match(method, view.path, view.host)
+            if params is None:
+                continue
+            lookup.rule_params = params
+            key = rule.key.render(lookup)
+            cost = None if key is None else self._cost(rule, view, lookup)
+            if key is None or cost is None:
+                skipped.append(rule.name)
+                if self.metrics is not None:
+                    self.metrics.skipped(rule.name)
+                continue
+            if key in self.exempt_keys:
+                return None
+            (shadow if self._is_shadow(rule) else enforced).append((rule, key, cost))
+        return _Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
+
+    def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
+        """The rule's cost for this request; None when it cannot be read from it."""
+        option: Any = self.cost
+        if isinstance(option, Mapping):
+            option = option.get(rule.name)
+            if callable(option) and not isinstance(option, KeyTemplate):
+                return _as_cost(option(view))
+        elif callable(option) and not isinstance(option, KeyTemplate):
+            value = option(view, rule)
+            if value is not None:
+                return _as_cost(value)
+            option = None
+        chosen = rule.cost if option is None else option
+        if isinstance(chosen, KeyTemplate):
+            return _as_cost(chosen.render(lookup))
+        return _as_cost(chosen)
+
+    def _verdict(self, prepared: _Prepared, batch: BatchDecision, shadow_answers: Sequence[BatchDecision]) -> Verdict:
+        decisions = tuple(batch)
+        shadow = tuple(a[0] for a in shadow_answers)
+        charges: list[Charge] = []
+        if batch.allowed:
+            charges += [
+                Charge(r.rule, key, cost, d.lease_id)
+                for (r, key, cost), d in zip(prepared.enforced, decisions, strict=True)
+            ]
+        charges += [
+            Charge(r.rule, key, cost, d.lease_id)
+            for (r, key, cost), d in zip(prepared.shadow, shadow, strict=True)
+            if d.allowed
+        ]
+        headers: list[tuple[str, str]] = []
+        if self.ratelimit_headers:
+            headers += ratelimit_fields(decisions)
+        if self.x_ratelimit_headers:
+            headers += x_ratelimit_fields(decisions)
+        common = {
+            "decisions": decisions,
+            "shadow": shadow,
+            "charges": tuple(charges),
+            "skipped": prepared.skipped,
+        }
+        if batch.allowed:
+            return Verdict(True, tuple(headers), **common)  # type: ignore[arg-type]
+        denied = batch.denied
+        retry = retry_after_seconds(denied)
+        if self.deny_response is not None:
+            status, extra, body = self.deny_response(denied)
+            headers += list(extra)
+            data = body.encode() if isinstance(body, str) else body
+            return Verdict(False, tuple(headers), status, data, **common)  # type: ignore[arg-type]
+        headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
+        if retry is not None:
+            headers.append(("Retry-After", str(retry)))
+        return Verdict(False, tuple(headers), 429, problem_body(denied, retry), **common)  # type: ignore[arg-type]
+
+
+async def _many(limiter: AsyncLimiter, batch: tuple[Item, ...]) -> BatchDecision:
+    return await limiter.try_acquire_many(batch) if batch else BatchDecision(())
+
+
+class _Lookup:
+    """The ``PartLookup`` of one request: the key templates' view of it."""
+
+    __slots__ = ("_client", "_client_key", "core", "rule_params", "view")
+
+    def __init__(self, core: RateLimitCore, view: RequestView) -> None:
+        self.core = core
+        self.view = view
+        self.rule_params: Mapping[str, str] = {}
+        self._client: Any = None
+        self._client_key: str | None = None
+
+    def _resolve_client(self) -> None:
+        if self._client is None:
+            v = self.view
+            address, key = self.core.client.resolve(v.peer, v.header("forwarded"), v.header("x-forwarded-for"))
+            self._client = (address,)
+            self._client_key = key
+
+    def client_address(self) -> Any:
+        self._resolve_client()
+        return self._client[0]
+
+    def __call__(self, part: str, name: str | None) -> str | None:
+        view = self.view
+        if part == "client_ip":
+            self._resolve_client()
+            return self._client_key
+        if part == "header":
+            return view.header(name or "")
+        if part == "path":
+            value = self.rule_params.get(name or "")
+            return value if value is not None else view.resolved_path_params().get(name or "")
+        if part == "query":
+            return view.query(name or "")
+        if part == "user":
+            if self.core.user is not None:
+                return self.core.user(view)
+            return view.resolved_user()
+        if part == "method":
+            return view.method.upper()
+        if part == "route":
+            return view.resolved_route()
+        if part == "host":
+            return None if view.host is None else view.host.split(":", 1)[0].lower()
+        return None
+
+
+def _as_cost(value: object) -> int | None:
+    """A cost from a constant, a rendered template or a callable's answer; None if not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str):
+        text = value.strip()
+        return int(text) if text.isdigit() and len(text) <= 18 else None
+    return None
+
+
+def _cost_option(cost: Any) -> Any:
+    if cost is None or (callable(cost) and not isinstance(cost, KeyTemplate)):
+        return cost
+    if isinstance(cost, Mapping):
+        return {name: _cost_value(value, f"cost[{name!r}]") for name, value in cost.items()}
+    return _cost_value(cost, "cost")
+
+
+def _cost_value(value: Any, where: str) -> Any:
+    if callable(value) and not isinstance(value, KeyTemplate):
+        return value
+    if isinstance(value, str):
+        return KeyTemplate.parse(value)
+    if isinstance(value, KeyTemplate) or (type(value) is int and value >= 0):
+        return value
+    raise ConfigurationError(
+        f"{where} must be a non-negative int, a template such as '{{header.x-cost}}' or a callable, got {value!r}"
+    )
+
+
+def _strings(values: Iterable[str] | str, what: str) -> list[str]:
+    items = [values] if isinstance(values, str) else list(values)
+    for v in items:
+        if not isinstance(v, str):
+            raise ConfigurationError(f"{what} must be strings, got {v!r}")
+    return items
+
+
+def _ruleset(rules: Any) -> RuleSet:
+    """A RuleSet from one built in code: a RuleSet, an HttpRule, a Rule, or a list of them."""
+    if isinstance(rules, RuleSet):
+        return rules
+    items = [rules] if isinstance(rules, HttpRule | Rule) else list(rules)
+    out: list[HttpRule] = []
+    for item in items:
+        if isinstance(item, HttpRule):
+            out.append(item)
+        elif isinstance(item, Rule):
+            out.append(HttpRule(item))
+        else:
+            raise ConfigurationError(
+                f"rules must be a file path, a RuleSet or a list of HttpRule / Rule, got {type(item).__name__}"
+            )
+    return RuleSet(tuple(out))
+
+
+class _RulesSource:
+    """The rules in force: fixed ones given in code, or a file's through its watcher."""
+
+    def __init__(self, rules: Any, metrics: Any) -> None:
+        self._fixed: RuleSet | None = None
+        self._watcher: Any = None
+        if isinstance(rules, str | os.PathLike):
+            self._watcher = _watch(rules, metrics)
+        else:
+            self._fixed = _ruleset(rules)
+
+    def current(self) -> RuleSet:
+        if self._fixed is not None:
+            return self._fixed
+        ruleset: RuleSet = self._watcher.current
+        return ruleset
+
+
+def _watch(path: str | os.PathLike[str], metrics: Any) -> Any:
+    """A ``ratekeeper.config.RulesWatcher`` for ``path``."""
+    try:
+        from ratekeeper import config
+    except ImportError as exc:  # pragma: no cover - config always ships with the package
+        raise ConfigurationError("rules files need ratekeeper.config") from exc
+    watcher_type = getattr(config, "RulesWatcher", None)
+    if watcher_type is None:
+        raise ConfigurationError("this version of ratekeeper cannot load rules files yet; pass a list of rules")
+    try:
+        return watcher_type(path, metrics=metrics)
+    except TypeError:
+        return watcher_type(path)

@@ -1,0 +1,55 @@
+"""The body of a 429: ``application/problem+json`` (RFC 9457) with the ``quota-exceeded``
+problem type of draft-ietf-httpapi-ratelimit-headers-11.
+
+Fields: ``type``, ``title``, ``status`` (429), ``detail`` (for people), ``violated-policies``
+(the policy names of the refusing limits, as in the ``RateLimit`` header), and ours:
+``rule`` (the refusing rule that frees up last), ``limit`` (its refusing limit, e.g.
+``"1/3s"``) and ``retry_after`` (whole seconds, the value of ``Retry-After``; null when
+the cost can never be admitted).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.web.headers import policy_names
+
+__all__ = ["PROBLEM_CONTENT_TYPE", "QUOTA_EXCEEDED", "QUOTA_EXCEEDED_TITLE", "problem", "problem_body"]
+
+PROBLEM_CONTENT_TYPE = "application/problem+json"
+QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+
+
+def problem(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> dict[str, Any]:
+    """The problem document for the refusing decisions of one request."""
+    violated: list[str] = []
+    for d in denied:
+        names = policy_names(d.rule, d.rule_limits)
+        violated += [names[s] for s, stats in enumerate(d.limits) if stats.denied]
+    main = max(denied, key=lambda d: float("inf") if d.retry_us == INFINITE else d.retry_us) if denied else None
+    limit = None if main is None or main.denied_by is None else str(main.denied_by)
+    if main is None:
+        detail = "Too many requests."
+    elif retry_after is None:
+        detail = f"The request costs more than rule {main.rule!r} ever admits ({limit}); it will not be admitted."
+    else:
+        detail = f"Rule {main.rule!r} admits {limit}; retry in {retry_after} s."
+    return {
+        "type": QUOTA_EXCEEDED,
+        "title": QUOTA_EXCEEDED_TITLE,
+        "status": status,
+        "detail": detail,
+        "violated-policies": violated,
+        "rule": None if main is None else main.rule,
+        "limit": limit,
+        "retry_after": retry_after,
+    }
+
+
+def problem_body(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> bytes:
+    """``problem(...)`` as UTF-8 JSON."""
+    return json.dumps(problem(denied, retry_after, status), separators=(",", ":")).encode()
