@@ -1,0 +1,47 @@
+"""The test apps' configuration, passed from the test to the server process as JSON.
+
+``RK_WEB_CONFIG`` holds ``{"store": URL, "rules": [...], "options": {...}}``. Each rule is
+a small dict (``name``, ``limits``, optional ``path``, ``methods``, ``key``, ``algorithm``,
+``cost``) built here into the ``HttpRule`` the rules file would give, so the apps do not
+depend on the YAML loader; ``options`` go to the middleware as keywords.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from ratekeeper import Rule
+from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
+
+__all__ = ["http_rule", "load", "middleware_kwargs"]
+
+
+def http_rule(spec: dict[str, Any]) -> HttpRule:
+    """One ``HttpRule`` from its test spec."""
+    match = Match(
+        methods=frozenset(m.upper() for m in spec.get("methods", ())),
+        paths=tuple(PathTemplate.parse(p) for p in ([spec["path"]] if "path" in spec else [])),
+    )
+    cost = spec.get("cost", 1)
+    return HttpRule(
+        rule=Rule(spec["name"], spec["limits"], spec.get("algorithm", "gcra")),
+        match=match,
+        key=KeyTemplate.parse(spec.get("key", "")),
+        cost=cost if isinstance(cost, int) else KeyTemplate.parse(cost),
+        shadow=bool(spec.get("shadow", False)),
+    )
+
+
+def load() -> dict[str, Any]:
+    """The configuration of this server process."""
+    return dict(json.loads(os.environ["RK_WEB_CONFIG"]))
+
+
+def middleware_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    """``rules=``, ``store=`` and the other options, as the middleware takes them."""
+    rules: Any = config["rules"]
+    if not isinstance(rules, str):  # a path is passed through: the middleware loads the file
+        rules = [http_rule(r) for r in rules]
+    return {"rules": rules, "store": config.get("store", "memory://"), **config.get("options", {})}

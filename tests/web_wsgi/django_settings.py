@@ -1,0 +1,21 @@
+"""Settings of the Django project the tests serve (gunicorn: ``web_wsgi.django_wsgi``,
+uvicorn: ``web_wsgi.django_asgi``); ``RATEKEEPER`` comes from ``RK_WEB_CONFIG``."""
+
+from __future__ import annotations
+
+from web_wsgi import config
+
+SECRET_KEY = "ratekeeper-tests-only"  # a test project, never deployed
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "web_wsgi.django_urls"
+INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth"]
+MIDDLEWARE = [
+    "web_wsgi.django_views.HeaderUserMiddleware",
+    "ratekeeper.web.django.RateLimitMiddleware",
+]
+DATABASES: dict[str, object] = {}
+USE_TZ = True
+LOGGING = {"version": 1, "disable_existing_loggers": False}
+
+RATEKEEPER = config.middleware_kwargs(config.load())

@@ -1,0 +1,91 @@
+"""Views of the test Django project: sync ones, async ones (``aitems``, ``ame``), and a
+middleware that makes ``X-User: <id>`` an authenticated ``request.user`` (no database:
+an unsaved ``User`` with that primary key)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+
+
+class HeaderUserMiddleware:
+    """``request.user`` from the ``X-User`` header (sync or async, like Django's own)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def _set_user(self, request: HttpRequest) -> None:
+        from django.contrib.auth.models import AnonymousUser, User
+
+        user_id = request.headers.get("X-User")
+        request.user = User(pk=int(user_id), username=f"user{user_id}") if user_id else AnonymousUser()
+
+    def __call__(self, request: HttpRequest) -> Any:
+        self._set_user(request)
+        if self.is_async:
+            return self._acall(request)
+        return self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        response: Awaitable[HttpResponse] = self.get_response(request)
+        return await response
+
+
+def health(request: HttpRequest) -> HttpResponse:
+    return HttpResponse("ok")
+
+
+def items(request: HttpRequest, user: str) -> HttpResponse:
+    return JsonResponse({"user": user, "pid": os.getpid(), "mode": "sync"})
+
+
+async def aitems(request: HttpRequest, user: str) -> HttpResponse:
+    await asyncio.sleep(0)
+    return JsonResponse({"user": user, "pid": os.getpid(), "mode": "async"})
+
+
+def fail(request: HttpRequest, code: int) -> HttpResponse:
+    return HttpResponse("failed", status=code)
+
+
+def boom(request: HttpRequest) -> HttpResponse:
+    raise RuntimeError("the view failed")
+
+
+def exempt(request: HttpRequest, rest: str) -> HttpResponse:
+    return JsonResponse({"rest": rest})
+
+
+def header(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"key": request.headers.get("X-Api-Key")})
+
+
+def me(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"user": request.user.pk})
+
+
+async def ame(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"user": request.user.pk})
+
+
+def stream(request: HttpRequest, n: int) -> HttpResponse:
+    def chunks() -> Iterator[bytes]:
+        for i in range(n):
+            yield f"chunk {i}\n".encode()
+
+    return StreamingHttpResponse(chunks(), content_type="text/plain")
+
+
+def route(request: HttpRequest, x: str) -> HttpResponse:
+    return JsonResponse({"x": x})

@@ -1,0 +1,61 @@
+"""Flask under gunicorn with TWO workers sharing Redis or PostgreSQL: the partner scenario.
+
+Each worker is its own process with its own limiter; only the store is shared. Every
+response carries ``X-Worker`` (the pid that answered), so the test sees both workers
+decide, and across every burst exactly one request per key is admitted.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from web_wsgi.appserver import AppServer
+from web_wsgi.checks import assert_denied, burst, common_rules
+
+BURSTS = 6
+
+
+def partner_bursts(server: AppServer, suffix: str) -> None:
+    """Bursts of 10 on fresh keys: exactly one 200 each, nine full 429s; both workers answered."""
+    workers: set[str] = set()
+    for _ in range(BURSTS):
+        responses = burst(f"{server.url}/items/{uuid.uuid4().hex[:12]}")
+        assert sorted(r.status_code for r in responses) == [200] + [429] * 9
+        for r in responses:
+            workers.add(r.headers["X-Worker"])
+            if r.status_code == 429:
+                assert_denied(r, f"items{suffix}", 1, 3)
+    assert len(workers) == 2, workers
+
+
+def flask_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
+    config = {"store": store, "rules": common_rules(suffix), "options": {"exempt": ["/exempt/*"]}}
+    return AppServer("web_wsgi.flask_app:app", config, tmp_path, workers=2, name="flask-2w")
+
+
+@pytest.mark.redis
+def test_two_workers_on_redis(tmp_path: Path) -> None:
+    suffix = f".{uuid.uuid4().hex[:8]}"
+    with flask_on("redis://127.0.0.1:6379/0", suffix, tmp_path) as server:
+        partner_bursts(server, suffix)
+
+
+@pytest.fixture
+def pg_schema() -> Iterator[str]:
+    """A schema of its own for this test, dropped afterwards."""
+    schema = f"rk_web_{uuid.uuid4().hex[:10]}"
+    yield schema
+    with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.mark.postgres
+def test_two_workers_on_postgres(tmp_path: Path, pg_schema: str) -> None:
+    suffix = f".{uuid.uuid4().hex[:8]}"
+    with flask_on(f"postgresql://127.0.0.1:5432/test?schema={pg_schema}", suffix, tmp_path) as server:
+        partner_bursts(server, suffix)
