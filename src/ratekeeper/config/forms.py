@@ -1,0 +1,37 @@
+"""``load_any``: a rules file of either form, told apart by its top level (``domain`` = Envoy)."""
+
+from __future__ import annotations
+
+import os
+
+from ratekeeper.config.envoy import EnvoyConfig, parse_envoy
+from ratekeeper.config.model import RuleSet
+from ratekeeper.config.native import parse_rules
+from ratekeeper.config.problems import Problems
+from ratekeeper.config.yamlfile import YamlMap, read_text, read_yaml
+
+__all__ = ["is_envoy", "load_any", "parse_any"]
+
+
+def is_envoy(text: str) -> bool:
+    """Whether the document is of the Envoy form: a mapping with a top-level ``domain``.
+
+    A document that does not even read as YAML counts as native (its loader reports why).
+    """
+    doc = read_yaml(text, Problems("<detect>"))
+    return isinstance(doc, YamlMap) and "domain" in doc
+
+
+def parse_any(text: str, source: str = "<string>") -> RuleSet | EnvoyConfig:
+    return parse_envoy(text, source) if is_envoy(text) else parse_rules(text, source)
+
+
+def load_any(path: str | os.PathLike[str]) -> RuleSet | EnvoyConfig:
+    """The file's ``RuleSet`` (native form) or ``EnvoyConfig`` (top-level ``domain``);
+    ``ConfigProblems`` listing every problem otherwise."""
+    source = os.fspath(path)
+    problems = Problems(source)
+    text = read_text(path, problems)
+    problems.raise_if_any()
+    assert text is not None
+    return parse_any(text, source)
