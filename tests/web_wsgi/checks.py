@@ -8,8 +8,11 @@ from typing import Any
 
 import httpx
 
-__all__ = ["assert_denied", "assert_limited_headers", "burst", "common_rules"]
+__all__ = ["OPTIONS", "assert_denied", "assert_limited_headers", "burst", "common_rules"]
 
+
+OPTIONS: dict[str, Any] = {"exempt_paths": ["/exempt/*"], "refund_statuses": list(range(500, 600))}
+"""Middleware options every test server gets."""
 
 KEY = "{path.user}"
 PARTNER = ["1/3s"]

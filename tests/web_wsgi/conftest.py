@@ -8,15 +8,11 @@ per session on the memory store with ``checks.common_rules()``.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from web_wsgi.appserver import AppServer
-from web_wsgi.checks import common_rules
-
-OPTIONS: dict[str, Any] = {"exempt": ["/exempt/*"]}
-"""Middleware options every test server gets."""
+from web_wsgi.checks import OPTIONS, common_rules
 
 TARGETS = {
     "flask": ("gunicorn", "web_wsgi.flask_app:app"),

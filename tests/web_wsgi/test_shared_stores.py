@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from web_wsgi.appserver import AppServer
-from web_wsgi.checks import assert_denied, burst, common_rules
+from web_wsgi.checks import OPTIONS, assert_denied, burst, common_rules
 
 BURSTS = 6
 
@@ -34,7 +34,7 @@ def partner_bursts(server: AppServer, suffix: str) -> None:
 
 
 def flask_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
-    config = {"store": store, "rules": common_rules(suffix), "options": {"exempt": ["/exempt/*"]}}
+    config = {"store": store, "rules": common_rules(suffix), "options": OPTIONS}
     return AppServer("web_wsgi.flask_app:app", config, tmp_path, workers=2, name="flask-2w")
 
 

@@ -1,0 +1,194 @@
+"""Rate limits for any WSGI app (Flask, Bottle, Falcon, Pyramid, Django's WSGI handler).
+
+::
+
+    from ratekeeper.web import WSGIRateLimitMiddleware
+
+    app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, rules="rules.yaml", store="redis://cache:6379/0")
+
+A plain WSGI callable around the app. Each request is decided by the shared core
+(``ratekeeper.web.core``; its options are taken here as keywords) with the blocking
+``Limiter``, before the app sees it:
+
+- denied: the app is not called; the client gets the core's 429 (problem+json body,
+  ``Retry-After``, the rate-limit headers);
+- allowed: the app runs as it would without the middleware, and the rate-limit headers
+  are added to whatever it answers, an error page sent through ``start_response`` with
+  ``exc_info`` included. Its body iterable is returned as it is, chunk for chunk, unless
+  something must happen after the response (a refund by status, a concurrency lease to
+  release): then it is wrapped in an iterable that yields the same chunks and whose
+  ``close()`` closes the app's iterable first and then gives back what is due;
+- exempt, or no rule applies: the app is called with the environ and ``start_response``
+  untouched.
+
+What the rules see of a request: the path is ``SCRIPT_NAME + PATH_INFO`` (what the
+client asked for, also when the app is mounted under a prefix), the peer is
+``REMOTE_ADDR``, headers are the ``HTTP_*`` variables plus ``CONTENT_TYPE`` /
+``CONTENT_LENGTH``, ``{user}`` is ``REMOTE_USER`` unless a ``user=`` callable (given the
+``RequestView``, whose ``native`` is the environ) says otherwise. WSGI has no router the
+middleware could ask, so ``{route}`` is unknown here: a rule keyed by it is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from http import HTTPStatus
+from types import TracebackType
+from typing import Any
+
+from ratekeeper.errors import RateKeeperError
+from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+
+__all__ = ["WSGIRateLimitMiddleware", "request_view"]
+
+Environ = dict[str, Any]
+ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
+StartResponse = Callable[..., Callable[[bytes], object]]
+WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+log = logging.getLogger("ratekeeper.web")
+
+# Headers that WSGI does not carry as HTTP_* variables (PEP 3333).
+_CGI_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
+
+
+def _text(value: str) -> str:
+    """A WSGI "native string" (bytes as latin-1) as the text the client sent (UTF-8)."""
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return value
+
+
+def request_view(environ: Environ) -> RequestView:
+    """What the core sees of the request ``environ`` describes (see the module docstring)."""
+    headers: dict[str, str] = {}
+    for name, value in environ.items():
+        if name.startswith("HTTP_"):
+            headers[name[5:].replace("_", "-").lower()] = value
+        elif name in _CGI_HEADERS and value:
+            headers[_CGI_HEADERS[name]] = value
+    host = environ.get("HTTP_HOST")
+    if not host and environ.get("SERVER_NAME"):
+        host = f"{environ['SERVER_NAME']}:{environ.get('SERVER_PORT', '')}".rstrip(":")
+    path = _text(environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/"
+    return RequestView(
+        method=environ.get("REQUEST_METHOD", "GET"),
+        path=path,
+        host=host,
+        headers=headers,
+        query_string=_text(environ.get("QUERY_STRING", "")),
+        peer=environ.get("REMOTE_ADDR") or None,
+        user=environ.get("REMOTE_USER") or None,
+        native=environ,
+    )
+
+
+class WSGIRateLimitMiddleware:
+    """A WSGI app that rate-limits ``app`` by ``rules`` (see the module docstring).
+
+    ``rules`` is a rules file path (reloaded when it changes), a ``RuleSet`` or a list of
+    ``HttpRule`` / ``Rule``; ``store`` a store URL or object; every other keyword is an
+    option of ``ratekeeper.web.core.RateLimitCore`` (``limiter=`` must be a ``Limiter``).
+    Thread-safe: one instance serves every worker thread of its process.
+    """
+
+    def __init__(self, app: WSGIApp, rules: Any, store: Any = "memory://", **options: Any) -> None:
+        self.app = app
+        self.core = RateLimitCore(rules, store=store, asynchronous=False, **options)
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        verdict = self.core.check_sync(request_view(environ))
+        if not verdict.allowed:
+            return self._deny(verdict, start_response)
+        if verdict.exempt or not (verdict.headers or verdict.charges):
+            return self.app(environ, start_response)
+        extra = list(verdict.headers)
+        if not self._may_release(verdict):
+            # Nothing to do after the response: only the headers are added.
+            def add_headers(status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None) -> Any:
+                return start_response(status, [*headers, *extra], exc_info)
+
+            return self.app(environ, add_headers)
+        return self._call_finishing(environ, start_response, verdict, extra)
+
+    def _call_finishing(
+        self, environ: Environ, start_response: StartResponse, verdict: Verdict, extra: list[tuple[str, str]]
+    ) -> Iterable[bytes]:
+        """Call the app; give back what its final status calls for when its body is closed."""
+        seen: list[int] = []
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None) -> Any:
+            seen.append(_status_code(status))  # the last call wins: an error page replaces the first
+            return start_response(status, [*headers, *extra], exc_info)
+
+        try:
+            body = self.app(environ, start)
+        except BaseException:
+            self._finish(verdict, 500)
+            raise
+        return _Finishing(body, lambda: self._finish(verdict, seen[-1] if seen else 500))
+
+    def _may_release(self, verdict: Verdict) -> bool:
+        """Whether some status could give something back (a refund or a lease)."""
+        if not verdict.charges:
+            return False
+        return bool(self.core.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
+
+    def _finish(self, verdict: Verdict, status: int) -> None:
+        # The response is on its way: a store that fails to take the refund must not turn
+        # it into an error. The limiter's failure policy has already been applied.
+        try:
+            self.core.finish_sync(verdict, status)
+        except RateKeeperError:
+            log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
+
+    @staticmethod
+    def _deny(verdict: Verdict, start_response: StartResponse) -> list[bytes]:
+        try:
+            phrase = HTTPStatus(verdict.status).phrase
+        except ValueError:
+            phrase = "Unknown"
+        headers = [(k, v) for k, v in verdict.headers if k.lower() != "content-length"]
+        headers.append(("Content-Length", str(len(verdict.body))))
+        start_response(f"{verdict.status} {phrase}", headers)
+        return [verdict.body]
+
+    def close(self) -> None:
+        """Close the limiter's store (WSGI has no shutdown hook: call it from yours)."""
+        self.core.close_sync()
+
+
+def _status_code(status: str) -> int:
+    try:
+        return int(status.split(None, 1)[0])
+    except (ValueError, IndexError):
+        return 500
+
+
+class _Finishing:
+    """The app's body, chunk for chunk; ``close()`` closes it, then runs ``finish`` once.
+
+    PEP 3333: the server calls ``close()`` when the response is done or abandoned, so a
+    status that asks for a refund gives the charge back also when the client went away.
+    """
+
+    __slots__ = ("_body", "_finish")
+
+    def __init__(self, body: Iterable[bytes], finish: Callable[[], None]) -> None:
+        self._body = body
+        self._finish: Callable[[], None] | None = finish
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        finish, self._finish = self._finish, None
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            if finish is not None:
+                finish()
