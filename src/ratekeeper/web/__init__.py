@@ -1,3 +1,33 @@
 """HTTP integrations: ASGI and WSGI middleware, Django, FastAPI, over one
-request-to-decision core. See docs/architecture.md for what may import what.
+request-to-decision core (``ratekeeper.web.core``). See docs/web.md for their use and
+docs/architecture.md for what may import what.
+
+Names are imported lazily, so using one integration never imports another's framework.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ratekeeper.web.asgi import RateLimitMiddleware
+    from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+    from ratekeeper.web.wsgi import WSGIRateLimitMiddleware
+
+__all__ = ["RateLimitCore", "RateLimitMiddleware", "RequestView", "Verdict", "WSGIRateLimitMiddleware"]
+
+_WHERE = {
+    "RateLimitMiddleware": "ratekeeper.web.asgi",
+    "RateLimitCore": "ratekeeper.web.core",
+    "RequestView": "ratekeeper.web.core",
+    "Verdict": "ratekeeper.web.core",
+    "WSGIRateLimitMiddleware": "ratekeeper.web.wsgi",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ratekeeper.web' has no attribute {name!r}")
+    return getattr(import_module(module), name)

@@ -1,0 +1,185 @@
+"""``RateLimitMiddleware``: the ASGI middleware (Starlette, FastAPI, any ASGI app).
+
+A plain ASGI callable, not Starlette's ``BaseHTTPMiddleware``: it never reads or buffers a
+body. An HTTP request is decided before the app sees it; a refused one is answered here
+(the 429 of ``RateLimitCore``) and never reaches the app; an admitted one goes through
+with ``send`` wrapped only to add the rate-limit headers to ``http.response.start`` and to
+learn the status, so streaming responses stream. Websockets and lifespan pass through
+untouched (lifespan's shutdown also closes the limiter's store).
+
+Path parameters come from the rules' own path templates; when a rule needs one its
+template lacks, or ``{route}``, the app's routes are asked (``scope["route"]`` when the
+framework set it, else a Starlette-style ``app.routes`` match), only then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from typing import Any
+
+from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+
+__all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class RateLimitMiddleware:
+    """Rate limits an ASGI app with the rules ``rules`` (see ``ratekeeper.web.core`` for
+    every option); ``app.add_middleware(RateLimitMiddleware, rules="rules.yaml",
+    store="redis://cache:6379/0")``."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        rules: Any,
+        *,
+        store: Any = "memory://",
+        limiter: AsyncLimiter | None = None,
+        **options: Any,
+    ) -> None:
+        self.app = app
+        self.core = RateLimitCore(rules, store=store, limiter=limiter, asynchronous=True, **options)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self.app(scope, receive, self._lifespan_send(send))
+            return
+        if kind != "http":
+            await self.app(scope, receive, send)
+            return
+        verdict = await self.core.check_async(request_view(scope))
+        if not verdict.allowed:
+            await send_verdict(send, verdict)
+            return
+        if not verdict.headers and not verdict.charges:
+            await self.app(scope, receive, send)
+            return
+        extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+        status = 500  # what the app answered; an app that raised before answering counts as a 500
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                if extra:
+                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        finally:
+            if verdict.charges:
+                await self.core.finish_async(verdict, status)
+
+    def _lifespan_send(self, send: Send) -> Send:
+        async def lifespan_send(message: Message) -> None:
+            if message["type"] == "lifespan.shutdown.complete":
+                await self.core.aclose()
+            await send(message)
+
+        return lifespan_send
+
+
+async def send_verdict(send: Send, verdict: Verdict) -> None:
+    """Answer with a refusing verdict's status, headers and body."""
+    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+    headers.append((b"content-length", str(len(verdict.body)).encode()))
+    await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
+    await send({"type": "http.response.body", "body": verdict.body})
+
+
+def request_view(scope: Scope) -> RequestView:
+    """The core's view of an ASGI HTTP request."""
+    headers: dict[str, str] = {}
+    for raw_name, raw_value in scope.get("headers", ()):
+        name = raw_name.decode("latin-1").lower()
+        value = raw_value.decode("latin-1")
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    client = scope.get("client")
+    host = headers.get("host")
+    if host is None and scope.get("server"):
+        host = str(scope["server"][0])
+    router = _RouteLookup(scope)
+    return RequestView(
+        method=scope.get("method", "GET"),
+        path=scope.get("path", "/"),
+        host=host,
+        headers=headers,
+        query_string=scope.get("query_string", b"").decode("latin-1"),
+        peer=str(client[0]) if client else None,
+        user=lambda: scope_user(scope),
+        route=router.route,
+        path_params=router.path_params,
+        native=scope,
+    )
+
+
+def scope_user(scope: Scope) -> str | None:
+    """The id of Starlette's authenticated ``scope["user"]`` (``identity``, else ``display_name``)."""
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    for attribute in ("identity", "display_name", "username"):
+        try:
+            value = getattr(user, attribute, None)
+        except NotImplementedError:  # Starlette's BaseUser raises for what it does not define
+            continue
+        if value:
+            return str(value)
+    return None
+
+
+class _RouteLookup:
+    """The route template and path parameters of a request, found once, when first needed."""
+
+    __slots__ = ("_found", "scope")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self._found: tuple[str | None, Mapping[str, str]] | None = None
+
+    def _find(self) -> tuple[str | None, Mapping[str, str]]:
+        if self._found is None:
+            route = self.scope.get("route")
+            if route is not None and getattr(route, "path", None):
+                params = self.scope.get("path_params") or {}
+                self._found = (str(route.path), {k: str(v) for k, v in params.items()})
+            else:
+                app = self.scope.get("app")
+                self._found = _match_routes(getattr(app, "routes", None), self.scope, "")
+        return self._found
+
+    def route(self) -> str | None:
+        return self._find()[0]
+
+    def path_params(self) -> Mapping[str, str]:
+        return self._find()[1]
+
+
+def _match_routes(routes: Iterable[Any] | None, scope: Scope, prefix: str) -> tuple[str | None, Mapping[str, str]]:
+    """The first route of ``routes`` that fully matches (Starlette's ``Route.matches``)."""
+    for route in routes or ():
+        matches = getattr(route, "matches", None)
+        if matches is None:
+            continue
+        try:
+            match, child = matches(scope)
+        except Exception:  # noqa: BLE001 - a route that cannot judge this scope does not match it
+            continue
+        if getattr(match, "name", "") != "FULL":
+            continue
+        path = prefix + str(getattr(route, "path", ""))
+        params = {k: str(v) for k, v in (child.get("path_params") or {}).items()}
+        inner = getattr(route, "routes", None)
+        if inner:  # a Mount: its routes see the rest of the path
+            sub_route, sub_params = _match_routes(inner, {**scope, **child}, path)
+            return sub_route or path, {**params, **sub_params}
+        return path, params
+    return None, {}

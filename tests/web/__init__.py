@@ -1,0 +1,1 @@
+"""Tests of the HTTP integrations (ratekeeper.web) against real servers."""
