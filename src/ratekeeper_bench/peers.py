@@ -134,6 +134,14 @@ def subjects(library: str) -> list[Subject]:
                 f'Limiter("memory://").try_acquire(Rule(..., algorithm="{algorithm}"), key)',
             )
             for algorithm in RATEKEEPER_ALGORITHMS
+        ] + [
+            Subject(
+                "ratekeeper",
+                "gcra+observer",
+                ("gcra",),
+                partial(_build_ratekeeper, "gcra", observed=True),
+                'Limiter("memory://", observer=<an Observer that does nothing>).try_acquire(Rule(..., "gcra"), key)',
+            )
         ]
     if library == "limits":
         return [
@@ -199,11 +207,26 @@ def _closer(obj: object) -> Callable[[], None]:
 # -- ratekeeper ---------------------------------------------------------------------------
 
 
-def _build_ratekeeper(algorithm: str, spec: LimitSpec, n_keys: int) -> Runner:
+class _NullObserver:
+    """An observer that keeps nothing: what attaching one costs, apart from its own work."""
+
+    def decided(self, decision: object) -> None:
+        pass
+
+    def store_call(self, seconds: float, error: object) -> None:
+        pass
+
+    def breaker_changed(self, old: str, new: str) -> None:
+        pass
+
+
+def _build_ratekeeper(algorithm: str, spec: LimitSpec, n_keys: int, *, observed: bool = False) -> Runner:
     from ratekeeper import Limiter, Rule
 
     # At least the default bound (a million keys), so no run evicts a key it still uses.
-    limiter = Limiter("memory://", max_keys=max(1_000_000, store_capacity(n_keys)))
+    limiter = Limiter(
+        "memory://", max_keys=max(1_000_000, store_capacity(n_keys)), observer=_NullObserver() if observed else None
+    )
     rule = Rule("bench", [str(spec)], algorithm=algorithm)
     acquire = limiter.try_acquire
 

@@ -352,7 +352,10 @@ def test_async_callers_queued_behind_a_timed_out_call_get_its_error_at_once(redi
         try:
             started = time.monotonic()
             first = asyncio.ensure_future(store.decide(Op.decide(PLAN, "k", 1)))
-            await asyncio.sleep(0.05)  # the first call is in flight; these queue behind it
+            deadline = time.monotonic() + BOUND
+            while store._coalescer.core.in_flight < 1:  # the first call is in flight; the rest queue behind it
+                assert time.monotonic() < deadline, "the first call never went out"
+                await asyncio.sleep(0)
             rest = [asyncio.ensure_future(store.decide(Op.decide(PLAN, "k", 1))) for _ in range(5)]
             results = await asyncio.wait_for(asyncio.gather(first, *rest, return_exceptions=True), BOUND)
             elapsed = time.monotonic() - started
