@@ -18,4 +18,7 @@ DATABASES: dict[str, object] = {}
 USE_TZ = True
 LOGGING = {"version": 1, "disable_existing_loggers": False}
 
-RATEKEEPER = config.middleware_kwargs(config.load())
+_config = config.load()
+if "base_dir" in _config:  # a relative rules path is read from here
+    BASE_DIR = _config["base_dir"]
+RATEKEEPER = config.middleware_kwargs(_config)

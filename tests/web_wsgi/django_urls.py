@@ -18,4 +18,5 @@ urlpatterns = [
     path("ame", views.ame),
     path("stream/<int:n>", views.stream),
     path("r/<str:x>", views.route),
+    path("mode", views.mode),
 ]

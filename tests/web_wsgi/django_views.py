@@ -5,6 +5,7 @@ an unsaved ``User`` with that primary key)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -89,3 +90,11 @@ def stream(request: HttpRequest, n: int) -> HttpResponse:
 
 def route(request: HttpRequest, x: str) -> HttpResponse:
     return JsonResponse({"x": x})
+
+
+def mode(request: HttpRequest) -> HttpResponse:
+    """Which limiter each live ratekeeper middleware decides with (AsyncLimiter under ASGI)."""
+    from ratekeeper.web.django import RateLimitMiddleware
+
+    found = [o for o in gc.get_objects() if isinstance(o, RateLimitMiddleware)]
+    return JsonResponse({"limiters": sorted(type(m.core.limiter).__name__ for m in found)})

@@ -1,0 +1,209 @@
+"""Rate limits for Django, sync or async::
+
+    MIDDLEWARE = [
+        ...,
+        "django.contrib.auth.middleware.AuthenticationMiddleware",  # before: for {user}
+        "ratekeeper.web.django.RateLimitMiddleware",
+        ...,
+    ]
+    RATEKEEPER = {"rules": "rules.yaml", "store": "memory://"}
+
+``settings.RATEKEEPER`` holds ``rules`` and ``store`` and any option of
+``ratekeeper.web.core.RateLimitCore`` (``refund_statuses``, ``exempt_paths``,
+``trusted_proxies``, ``shadow``, ...). A relative ``rules`` path is taken from
+``settings.BASE_DIR`` when the settings define it.
+
+The middleware is both sync- and async-capable, as Django documents: when the rest of the
+chain is async (ASGI with async views) it is a coroutine function deciding with an
+``AsyncLimiter`` on the event loop; otherwise it decides with the blocking ``Limiter``.
+Django never mixes the two in one handler, so one instance uses one of them.
+
+A denied request gets the core's 429 before any view or later middleware runs. An
+allowed one gets the rate-limit headers on whatever the view answers (Django turns a
+view's exception into a 500 response before it reaches this middleware, so error pages
+carry them too); its charges are given back when the status is in ``refund_statuses``
+(and concurrency leases released) as soon as the view has answered, before a streamed
+body is sent.
+
+What the rules see: ``request.path`` (with the script prefix), ``REMOTE_ADDR`` as the
+peer, the request's headers, ``{user}`` = the primary key of ``request.user`` when it is
+authenticated (``await request.auser()`` in async mode), ``{route}`` = Django's route
+pattern (``"items/<str:user>"``) and the view's keyword arguments as path parameters for
+``{path.x}`` (a rule's own path template wins); the last two come from resolving the
+path, done only when a rule needs them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+
+from ratekeeper.errors import ConfigurationError, RateKeeperError
+from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
+
+__all__ = ["RateLimitMiddleware", "request_view", "settings_options"]
+
+log = logging.getLogger("ratekeeper.web")
+
+GetResponse = Callable[["HttpRequest"], Any]
+
+
+def settings_options() -> dict[str, Any]:
+    """The middleware's options from ``settings.RATEKEEPER`` (a copy, with ``rules`` resolved)."""
+    from django.conf import settings  # type: ignore[import-untyped]
+
+    conf = getattr(settings, "RATEKEEPER", None)
+    if not isinstance(conf, Mapping) or "rules" not in conf:
+        raise ConfigurationError(
+            "ratekeeper.web.django.RateLimitMiddleware needs settings.RATEKEEPER, a dict with at least "
+            "'rules', e.g. RATEKEEPER = {'rules': 'rules.yaml', 'store': 'memory://'}"
+        )
+    options = dict(conf)
+    rules = options["rules"]
+    base = getattr(settings, "BASE_DIR", None)
+    if isinstance(rules, str) and base is not None and not Path(rules).is_absolute():
+        options["rules"] = str(Path(base) / rules)
+    return options
+
+
+def _user_id(user: Any) -> str | None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    pk = getattr(user, "pk", None)
+    return None if pk is None else str(pk)
+
+
+class _Resolved:
+    """The URL resolution of one request, done once and only if a rule needs it."""
+
+    __slots__ = ("_match", "_request")
+
+    def __init__(self, request: HttpRequest) -> None:
+        self._request = request
+        self._match: Any = False  # False: not resolved yet; None: no URL pattern matched
+
+    def match(self) -> Any:
+        if self._match is False:
+            from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
+
+            try:
+                self._match = resolve(self._request.path_info, getattr(self._request, "urlconf", None))
+            except Resolver404:
+                self._match = None
+        return self._match
+
+    def route(self) -> str | None:
+        match = self.match()
+        return None if match is None else str(match.route) or None
+
+    def path_params(self) -> Mapping[str, str]:
+        match = self.match()
+        return {} if match is None else {k: str(v) for k, v in match.kwargs.items()}
+
+
+def request_view(request: HttpRequest, user: str | Callable[[], str | None] | None = None) -> RequestView:
+    """What the core sees of ``request``; ``user`` (a value or a callable) defaults to
+    ``request.user``'s primary key, read only when a rule needs ``{user}``."""
+    meta = request.META
+    resolved = _Resolved(request)
+    return RequestView(
+        method=request.method or "GET",
+        path=request.path,
+        host=meta.get("HTTP_HOST") or meta.get("SERVER_NAME"),
+        headers={k.lower(): v for k, v in request.headers.items()},
+        query_string=meta.get("QUERY_STRING", ""),
+        peer=meta.get("REMOTE_ADDR") or None,
+        user=user if user is not None else (lambda: _user_id(getattr(request, "user", None))),
+        route=resolved.route,
+        path_params=resolved.path_params,
+        native=request,
+    )
+
+
+class RateLimitMiddleware:
+    """Django middleware over the web core (see the module docstring)."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: GetResponse) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+        self.core = RateLimitCore(asynchronous=self.is_async, **settings_options())
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        verdict = self.core.check_sync(request_view(request))
+        if not verdict.allowed:
+            return _deny(verdict)
+        response = self.get_response(request)
+        return self._answered(verdict, response)
+
+    def _answered(self, verdict: Verdict, response: HttpResponseBase) -> HttpResponseBase:
+        _add_headers(response, verdict)
+        if verdict.charges:
+            try:
+                self.core.finish_sync(verdict, response.status_code)
+            except RateKeeperError:
+                log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
+        return response
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        user = await self._async_user(request) if self._needs_user() else None
+        verdict = await self.core.check_async(request_view(request, user))
+        if not verdict.allowed:
+            return _deny(verdict)
+        answer: Awaitable[HttpResponseBase] = self.get_response(request)
+        response = await answer
+        _add_headers(response, verdict)
+        if verdict.charges:
+            try:
+                await self.core.finish_async(verdict, response.status_code)
+            except RateKeeperError:
+                log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
+        return response
+
+    def _needs_user(self) -> bool:
+        """Whether any rule reads ``{user}`` (then the async path must load it before deciding:
+        ``request.user`` may not touch the database on the event loop)."""
+        if self.core.user is not None:
+            return False
+        for rule in self.core.rules:
+            if ("user", None) in rule.key.needs:
+                return True
+            cost = rule.cost
+            if not isinstance(cost, int) and ("user", None) in cost.needs:
+                return True
+        return False
+
+    @staticmethod
+    async def _async_user(request: HttpRequest) -> str | Callable[[], str | None]:
+        auser = getattr(request, "auser", None)
+        if auser is not None:
+            # AuthenticationMiddleware's loader; an empty id is "no user" to the core.
+            return _user_id(await auser()) or ""
+        return lambda: _user_id(getattr(request, "user", None))
+
+
+def _add_headers(response: HttpResponseBase, verdict: Verdict) -> None:
+    for name, value in verdict.headers:
+        response[name] = value
+
+
+def _deny(verdict: Verdict) -> HttpResponseBase:
+    from django.http import HttpResponse
+
+    response = HttpResponse(verdict.body, status=verdict.status)
+    for name, value in verdict.headers:
+        response[name] = value
+    return response
