@@ -74,23 +74,29 @@ class _Builder:
     def build(self, node: yaml.Node) -> Any:
         line = node.start_mark.line + 1
         if isinstance(node, yaml.MappingNode):
-            self.constructor.flatten_mapping(node)  # resolves '<<' merge keys as safe_load does
+            # Keys merged in with '<<' give way to the mapping's own keys (as in safe_load);
+            # only an own key given twice is a problem.
+            own = {id(k) for k, _ in node.value if k.tag != "tag:yaml.org,2002:merge"}
+            self.constructor.flatten_mapping(node)
             out = YamlMap()
             out.line = line
             out.key_lines = {}
+            own_keys: set[str] = set()
             for key_node, value_node in node.value:
                 key_line = key_node.start_mark.line + 1
                 key = self.scalar(key_node)
                 if not isinstance(key, str):
                     self.problems.add(key_line, f"a key must be a text, got {key!r}; write a field name")
                     continue
-                if key in out:
-                    self.problems.add(
-                        key_line,
-                        f"key {key!r} appears twice in one mapping (first on line {out.key_lines[key]}); "
-                        "give each key once",
-                    )
-                    continue
+                if id(key_node) in own:
+                    if key in own_keys:
+                        self.problems.add(
+                            key_line,
+                            f"key {key!r} appears twice in one mapping (first on line {out.key_lines[key]}); "
+                            "give each key once",
+                        )
+                        continue
+                    own_keys.add(key)
                 out[key] = self.build(value_node)
                 out.key_lines[key] = key_line
             return out
