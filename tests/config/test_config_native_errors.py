@@ -4,8 +4,8 @@ problems of a file are reported together."""
 from __future__ import annotations
 
 import pytest
-from conftest import WriteFile
 
+from conftest import WriteFile
 from ratekeeper.config import ConfigProblems, load_rules
 from ratekeeper.errors import ConfigurationError
 
@@ -134,7 +134,8 @@ CASES = {
     ),
     "quota no provider": ("rules:\n  - name: a\n    limits: [1/s]\n    quota: {ttl: 3}\n", 4, "quota needs a provider"),
     "quota unknown option": (
-        "rules:\n  - name: a\n    limits: [1/s]\n    quota:\n      provider: config_quota_provider:lookup\n      tll: 3\n",
+        "rules:\n  - name: a\n    limits: [1/s]\n    quota:\n"
+        "      provider: config_quota_provider:lookup\n      tll: 3\n",
         6,
         "unknown field 'tll' in quota (did you mean 'ttl'?)",
     ),

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import WriteFile
 
+from conftest import WriteFile
 from ratekeeper import Limit, Limiter, Rule
 from ratekeeper.config import HttpRule, KeyTemplate, RuleSet, load_rules, parse_rules, rules_from
 from ratekeeper.errors import ConfigurationError
