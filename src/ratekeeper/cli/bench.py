@@ -37,6 +37,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         )
         module.add_arguments(server)
         server.set_defaults(bench_run=module.run)
+    from ratekeeper_bench import web
+
+    w = stores.add_parser(
+        "web",
+        help="the web middleware against the bare app and slowapi, flask-limiter, django-ratelimit, under wrk",
+        description=web.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    web.add_arguments(w)
+    w.set_defaults(bench_run=web.run)
 
 
 def run(args: argparse.Namespace) -> int:

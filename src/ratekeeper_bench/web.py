@@ -1,0 +1,608 @@
+"""``ratekeeper bench web``: the rate-limiting middleware against the bare app and its peers, under wrk.
+
+One run, one machine, the same settings for every case. Three stacks, each measured on
+its own: Starlette under uvicorn (one process, httptools, uvloop, no access log), Flask
+and Django under gunicorn (one gthread worker with one thread, so connections are kept
+alive as uvicorn keeps them; no access log). In each stack the same endpoint
+(``GET /bench`` answering ``ok``) is served
+
+- bare: the floor every ratio is taken against;
+- behind ratekeeper's middleware (ASGI ``RateLimitMiddleware`` on Starlette, WSGI
+  ``WSGIRateLimitMiddleware`` on Flask, the Django middleware on Django, or the WSGI one
+  around Django's app when there is none) with one ``Rule`` on ``memory://`` and on
+  Redis (``--redis-url``, a key prefix of the run's own, deleted at the end);
+- behind the stack's peer: slowapi (Starlette), flask-limiter (Flask), django-ratelimit
+  (Django), each on its own in-memory storage;
+
+first under a limit of 1,000,000 per second (nothing is denied: the cost of deciding),
+then under 1 per hour, spent before timing (nearly every answer is a 429: the cost of
+refusing). Every request comes from 127.0.0.1, so every limiter decides for one key.
+
+How it is loaded: wrk with ``--threads`` threads and ``--connections`` connections for
+``--duration`` whole seconds per round. All servers of a stack are started together and
+loaded one at a time; ``--rounds`` rounds go through the stack's cases in turn, so a
+change in the machine's load falls on every case alike, and each case reports its median
+round. With two CPUs or more the servers are pinned to CPU 0 and wrk to CPU 1
+(``taskset``; ``--no-pin`` leaves placement to the kernel). Each round also reads the
+server's CPU time: well under 100 % means another process took its CPU (or wrk could not
+keep it busy), and the report says so.
+
+Before a case is timed it is probed: three requests must answer 200 (allowed cases) or
+429 (denied ones); a case that does not is a failure, not a row. Reported per case:
+requests/s, wrk's p50 and p99 latency, the share of non-2xx answers, the server's CPU
+share, and requests/s over the same stack's bare app; then the targets (memory >= 90 %
+of bare, Redis >= 80 %, ahead of the peer of the same stack) met or missed.
+
+The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
+(``python -m ratekeeper_bench.web``). Progress goes to standard error (one line per case
+and round), the tables to standard output (and to ``--markdown PATH``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import importlib.util
+import os
+import platform
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote, urlsplit
+
+from ratekeeper_bench import report
+from ratekeeper_bench.options import choose, count, describe, finish
+from ratekeeper_bench.web_apps import AppConfig
+from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, ServerError
+from ratekeeper_bench.web_apps.wrk import WrkError, WrkResult, find_wrk, run_wrk, wrk_version
+
+__all__ = [
+    "CASES",
+    "DEFAULT_DURATION",
+    "DEFAULT_ROUNDS",
+    "DEFAULT_URL",
+    "Case",
+    "CaseResult",
+    "Failure",
+    "Settings",
+    "WebBenchResult",
+    "add_arguments",
+    "bench_from_args",
+    "main",
+    "run",
+    "run_web_bench",
+]
+
+DEFAULT_DURATION = 3
+DEFAULT_ROUNDS = 3
+DEFAULT_THREADS = 1
+DEFAULT_CONNECTIONS = 32
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+QUICK_DURATION = 1
+QUICK_ROUNDS = 1
+WARM_UP_SECONDS = 1
+"""wrk seconds per case before the rounds (not in ``--quick``): imports, scripts, caches."""
+
+ALLOWED = (1_000_000, 1)
+"""1,000,000 per second: nothing is denied at these rates, every request is decided."""
+DENIED = (1, 3600)
+"""1 per hour: spent by the probe, so every timed request is refused."""
+
+MEMORY_TARGET = 0.90
+REDIS_TARGET = 0.80
+
+PEERS = {"starlette": "slowapi", "flask": "flask-limiter", "django": "django-ratelimit"}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One server of one stack: bare, ratekeeper on a store, or a peer; allowed or denied."""
+
+    stack: str
+    variant: str
+    """``bare``, ``ratekeeper`` or the peer's name (``AppConfig.variant``)."""
+    store: str = ""
+    """ratekeeper's store, ``memory`` or ``redis``; empty for the others."""
+    denied: bool = False
+
+    @property
+    def label(self) -> str:
+        name = f"{self.variant} {self.store}" if self.store else self.variant
+        return f"{name}, denied" if self.denied else name
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """``module`` or ``module:attribute`` that must import for the case to run."""
+        framework = {"starlette": ("starlette", "uvicorn", "httptools", "uvloop")}.get(
+            self.stack, (self.stack, "gunicorn")
+        )
+        if self.variant == "bare":
+            return framework
+        if self.variant == "ratekeeper":
+            middleware = "RateLimitMiddleware" if self.stack == "starlette" else "WSGIRateLimitMiddleware"
+            if self.stack == "django" and importlib.util.find_spec("ratekeeper.web.django") is not None:
+                return (*framework, "ratekeeper.web.django:RateLimitMiddleware")
+            return (*framework, f"ratekeeper.web:{middleware}")
+        return (*framework, self.variant.replace("-", "_"))
+
+
+def _cases() -> tuple[Case, ...]:
+    cases: list[Case] = []
+    for stack, peer in PEERS.items():
+        cases += [
+            Case(stack, "bare"),
+            Case(stack, "ratekeeper", "memory"),
+            Case(stack, "ratekeeper", "redis"),
+            Case(stack, peer),
+            Case(stack, "ratekeeper", "memory", denied=True),
+            Case(stack, "ratekeeper", "redis", denied=True),
+            Case(stack, peer, denied=True),
+        ]
+    return tuple(cases)
+
+
+CASES = _cases()
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What one run does: how long and how hard each case is loaded, and where."""
+
+    duration: int = DEFAULT_DURATION
+    rounds: int = DEFAULT_ROUNDS
+    threads: int = DEFAULT_THREADS
+    connections: int = DEFAULT_CONNECTIONS
+    warm_up: bool = True
+    pin: bool = True
+    """Server on CPU 0, wrk on CPU 1 (only with two CPUs or more and ``taskset``)."""
+    stacks: tuple[str, ...] = tuple(PEERS)
+    redis_url: str = DEFAULT_URL
+    prefix: str = ""
+    """Redis key prefix of the run (made up when empty); nothing is left under it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One wrk run against one case, and the server's CPU share meanwhile."""
+
+    wrk: WrkResult
+    server_cpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """A case's rounds; its figures are those of its median round (by requests/s)."""
+
+    case: Case
+    probe: tuple[int, ...]
+    rounds: tuple[Round, ...]
+
+    @property
+    def median(self) -> Round:
+        ordered = sorted(self.rounds, key=lambda r: r.wrk.rate)
+        return ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def rate(self) -> float:
+        return self.median.wrk.rate
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    case: Case
+    error: str
+
+
+@dataclass(slots=True)
+class WebBenchResult:
+    """Everything one run measured, the ratios derived from it, and the machine's state."""
+
+    settings: Settings
+    pinned: bool
+    machine: str
+    wrk: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    results: list[CaseResult] = field(default_factory=list)
+    skipped: list[tuple[Case, str]] = field(default_factory=list)
+    failures: list[Failure] = field(default_factory=list)
+    redis_keys_deleted: int = 0
+
+    def result(self, case: Case) -> CaseResult | None:
+        return next((r for r in self.results if r.case == case), None)
+
+    def ratio_to_bare(self, result: CaseResult) -> float | None:
+        """``result``'s requests/s over its stack's bare app's (None when bare did not run)."""
+        bare = self.result(Case(result.case.stack, "bare"))
+        if bare is None or bare.rate <= 0:
+            return None
+        return result.rate / bare.rate
+
+    def targets(self) -> list[tuple[str, float | None, float, bool | None]]:
+        """(what, measured, threshold, met) for each target; measured None when a case is missing."""
+        out: list[tuple[str, float | None, float, bool | None]] = []
+        for stack in self.settings.stacks:
+            for store, target in (("memory", MEMORY_TARGET), ("redis", REDIS_TARGET)):
+                ours = self.result(Case(stack, "ratekeeper", store))
+                ratio = self.ratio_to_bare(ours) if ours else None
+                what = f"{stack}: ratekeeper {store} / bare requests/s"
+                out.append((what, ratio, target, None if ratio is None else ratio >= target))
+            for denied in (False, True):
+                peer = self.result(Case(stack, PEERS[stack], denied=denied))
+                ours = self.result(Case(stack, "ratekeeper", "memory", denied=denied))
+                ratio = ours.rate / peer.rate if ours and peer and peer.rate > 0 else None
+                what = f"{stack}: ratekeeper memory / {PEERS[stack]} requests/s" + (", denied" if denied else "")
+                out.append((what, ratio, 1.0, None if ratio is None else ratio > 1.0))
+        return out
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+
+def _missing(case: Case) -> str | None:
+    """Why ``case`` cannot run here (a module or name that does not import), or None."""
+    for need in case.needs:
+        module, _, attribute = need.partition(":")
+        try:
+            imported = importlib.import_module(module)
+            if attribute:
+                getattr(imported, attribute)
+        except Exception as exc:  # noqa: BLE001 - any failure to import means: not measurable here
+            return f"cannot import {need}: {describe(exc)}"
+    return None
+
+
+def _redis_reachable(url: str) -> str | None:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2.0):
+            return None
+    except OSError as exc:
+        return f"Redis is not reachable at {url}: {describe(exc)}"
+
+
+def _store_url(settings: Settings, store: str, prefix: str) -> str:
+    if store != "redis":
+        return "memory://"
+    joiner = "&" if "?" in settings.redis_url else "?"
+    return f"{settings.redis_url}{joiner}prefix={quote(prefix, safe='')}"
+
+
+def _config(case: Case, settings: Settings, run_id: str, prefix: str) -> AppConfig:
+    limit, period = DENIED if case.denied else ALLOWED
+    rule = f"bench-web-{run_id}-{case.stack}-{case.store or case.variant}-{'denied' if case.denied else 'allowed'}"
+    return AppConfig(case.variant, limit, period, _store_url(settings, case.store, prefix), rule)
+
+
+def _versions() -> dict[str, str]:
+    names = (
+        "ratekeeper", "starlette", "uvicorn", "httptools", "uvloop", "flask", "django", "gunicorn",
+        "slowapi", "limits", "flask-limiter", "django-ratelimit", "redis",
+    )  # fmt: skip
+    found: dict[str, str] = {}
+    for name in names:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _round(server: Server, wrk: str, settings: Settings, seconds: int, pinned: bool) -> Round:
+    cpu_before = server.cpu_seconds()
+    result = run_wrk(
+        wrk,
+        server.url,
+        seconds=seconds,
+        threads=settings.threads,
+        connections=settings.connections,
+        cpu=1 if pinned else None,
+    )
+    share = (server.cpu_seconds() - cpu_before) / result.seconds if result.seconds > 0 else 0.0
+    return Round(result, share)
+
+
+def _summary(r: Round) -> str:
+    w = r.wrk
+    text = (
+        f"{report.format_rate(w.rate)} req/s, p50 {w.p50_us / 1000:.2f} ms, p99 {w.p99_us / 1000:.2f} ms, "
+        f"server CPU {r.server_cpu:.0%}"
+    )
+    if w.non_2xx:
+        text += f", non-2xx {report.format_fraction(w.non_2xx_fraction)}"
+    if w.socket_errors:
+        text += f", {w.socket_errors} socket errors"
+    return text
+
+
+def _run_stack(
+    stack: str,
+    cases: Sequence[Case],
+    settings: Settings,
+    wrk: str,
+    pinned: bool,
+    run_id: str,
+    prefix: str,
+    log_dir: Path,
+    result: WebBenchResult,
+    bar: report.Progress,
+) -> None:
+    """Start every server of ``stack``, probe them, warm them, then run the rounds in turn."""
+    framework = FRAMEWORKS[stack]
+    with ExitStack() as stop:
+        servers: dict[Case, Server] = {}
+        for case in cases:
+            server = Server(framework, _config(case, settings, run_id, prefix), log_dir, cpu=0 if pinned else None)
+            server.start()
+            stop.callback(server.stop)
+            servers[case] = server
+        probes: dict[Case, tuple[int, ...]] = {}
+        for case, server in servers.items():
+            try:
+                server.wait_ready()
+                probe = server.probe()
+                expected = 429 if case.denied else 200
+                if any(status != expected for status in probe):
+                    raise ServerError(f"answered {probe} to the probe where {expected} was expected")
+                if settings.warm_up:
+                    run_wrk(wrk, server.url, seconds=WARM_UP_SECONDS, threads=settings.threads,
+                            connections=settings.connections, cpu=1 if pinned else None)  # fmt: skip
+                probes[case] = probe
+            except (ServerError, WrkError, OSError) as exc:
+                result.failures.append(Failure(case, describe(exc)))
+                bar.note(f"{stack} {case.label}: failed: {describe(exc)}")
+                for _ in range(settings.rounds):
+                    bar.finish(f"{stack} {case.label}", "failed")
+        rounds: dict[Case, list[Round]] = {case: [] for case in probes}
+        for n in range(1, settings.rounds + 1):
+            for case in list(rounds):
+                label = f"{stack} {case.label}, round {n}/{settings.rounds}"
+                bar.start(label)
+                try:
+                    measured = _round(servers[case], wrk, settings, settings.duration, pinned)
+                except (WrkError, OSError) as exc:
+                    result.failures.append(Failure(case, describe(exc)))
+                    bar.note(f"{label}: failed: {describe(exc)}")
+                    for _ in range(n, settings.rounds + 1):
+                        bar.finish(label, "failed")
+                    del rounds[case]
+                    continue
+                rounds[case].append(measured)
+                bar.finish(label, _summary(measured))
+        result.results += [CaseResult(case, probes[case], tuple(rs)) for case, rs in rounds.items()]
+
+
+def run_web_bench(
+    settings: Settings, out: TextIO, progress: bool, progress_stream: TextIO | None = None
+) -> WebBenchResult:
+    """Run every case of the chosen stacks; the Markdown report goes to ``out``.
+
+    Raises ``RuntimeError`` when wrk is not installed. A case that cannot run here (a
+    framework, peer or ratekeeper's middleware that does not import; Redis down) is
+    listed as skipped; one that fails (no start, wrong probe, wrk error) as a failure.
+    """
+    if settings.duration < 1 or settings.rounds < 1:
+        raise ValueError("duration (whole seconds) and rounds must be at least 1")
+    wrk = find_wrk()
+    if wrk is None:
+        raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
+    pinned = settings.pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+    run_id = secrets.token_hex(4)
+    prefix = settings.prefix or f"rk-bench-web-{run_id}:"
+    result = WebBenchResult(
+        settings=settings,
+        pinned=pinned,
+        machine=f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} CPUs",
+        wrk=wrk_version(wrk),
+        versions=_versions(),
+        load_before=os.getloadavg(),
+    )
+    redis_down = _redis_reachable(settings.redis_url)
+    chosen: list[Case] = []
+    for case in CASES:
+        if case.stack not in settings.stacks:
+            continue
+        reason = _missing(case) or (redis_down if case.store == "redis" else None)
+        if reason is None:
+            chosen.append(case)
+        else:
+            result.skipped.append((case, reason))
+    bar = report.Progress(
+        progress_stream if progress_stream is not None else sys.stderr,
+        len(chosen) * settings.rounds,
+        enabled=progress,
+    )
+    for case, reason in result.skipped:
+        bar.note(f"skipping {case.stack} {case.label}: {reason}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="rk-bench-web-") as tmp:
+            for stack in settings.stacks:
+                cases = [c for c in chosen if c.stack == stack]
+                if cases:
+                    _run_stack(stack, cases, settings, wrk, pinned, run_id, prefix, Path(tmp), result, bar)
+    finally:
+        bar.close()
+        if any(c.store == "redis" for c in chosen):
+            from ratekeeper_bench.redis import cleanup
+
+            result.redis_keys_deleted = cleanup(settings.redis_url, prefix)
+        result.load_after = os.getloadavg()
+    out.write(result.to_markdown())
+    out.flush()
+    return result
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f}"
+
+
+def render_markdown(result: WebBenchResult) -> str:
+    """The report: settings and machine, one table per stack, the targets, what was skipped."""
+    s = result.settings
+    versions = ", ".join(f"{name} {version}" for name, version in result.versions.items())
+    placement = (
+        "server pinned to CPU 0 and wrk to CPU 1 with `taskset`"
+        if result.pinned
+        else "no pinning (the kernel places server and wrk)"
+    )
+    lb, la = result.load_before, result.load_after
+    out = [
+        "## Web middleware: ratekeeper, the bare app and the peers under wrk",
+        "",
+        f"{result.machine}; {result.wrk}; {versions}.",
+        "",
+        f"wrk `-t{s.threads} -c{s.connections} -d{s.duration}s` per round, {s.rounds} round(s) per case taken in "
+        f"turn, the median round reported; {'1 s of wrk per case before the rounds; ' if s.warm_up else ''}"
+        f"{placement}. Starlette under uvicorn (1 process, httptools, uvloop, no access log); Flask and Django "
+        "under gunicorn (1 gthread worker, 1 thread, keep-alive, no access log). One endpoint, `GET /bench` "
+        "answering `ok`; every request from 127.0.0.1 (one key). *allowed*: a limit of 1,000,000/s; "
+        "*denied*: 1/hour, spent before timing. *× bare*: requests/s over the same stack's bare app. "
+        "*server CPU*: the server's CPU time over the round's wall time.",
+        "",
+        f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
+        f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
+        "",
+    ]
+    busy = [r for r in result.results if r.median.server_cpu < 0.9]
+    if busy:
+        lowest = min(r.median.server_cpu for r in busy)
+        out += [
+            f"> **The server did not have its CPU to itself**: in {len(busy)} of {len(result.results)} cases the "
+            f"server's CPU share in the median round was under 90 % (lowest {lowest:.0%}): other processes "
+            "competed for its CPU, or wrk could not keep it busy. Rates are low and ratios noisy there.",
+            "",
+        ]
+    for stack in s.stacks:
+        rows = [r for r in result.results if r.case.stack == stack]
+        failed = [f for f in result.failures if f.case.stack == stack]
+        if not rows and not failed:
+            continue
+        out += [
+            f"### {stack.capitalize()} ({FRAMEWORKS[stack].server})",
+            "",
+            "| case | requests/s | × bare | p50 ms | p99 ms | non-2xx | server CPU | rounds, requests/s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for r in rows:
+            ratio = result.ratio_to_bare(r)
+            w = r.median.wrk
+            errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
+            out.append(
+                f"| {r.case.label} | {report.format_rate(w.rate)} | {'n/a' if ratio is None else f'{ratio:.2f}'} | "
+                f"{_ms(w.p50_us)} | {_ms(w.p99_us)} | {report.format_fraction(w.non_2xx_fraction)}{errors} | "
+                f"{r.median.server_cpu:.0%} | {', '.join(report.format_rate(x.wrk.rate) for x in r.rounds)} |"
+            )
+        out += [f"| {f.case.label} | failed | | | | | | {f.error} |" for f in failed]
+        out.append("")
+    out += ["### Targets", "", "| target | measured | threshold | met |", "| --- | ---: | ---: | --- |"]
+    for what, measured, threshold, met in result.targets():
+        shown = "n/a" if measured is None else f"{measured:.2f}"
+        verdict = "not measured" if met is None else ("yes" if met else "**no**")
+        op = "≥" if threshold < 1.0 else ">"
+        out.append(f"| {what} | {shown} | {op} {threshold:.2f} | {verdict} |")
+    out.append("")
+    if result.skipped:
+        out += ["Not measured:", ""]
+        out += [f"- {case.stack} {case.label}: {reason}" for case, reason in result.skipped]
+        out.append("")
+    if result.redis_keys_deleted:
+        out += [f"The run's {result.redis_keys_deleted} Redis key(s) were deleted at its end.", ""]
+    return "\n".join(out) + "\n"
+
+
+# -- command line -------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``ratekeeper bench web`` to ``parser``."""
+    parser.add_argument(
+        "--duration",
+        type=count(1),
+        default=None,
+        metavar="SECONDS",
+        help=f"whole seconds of wrk per case and round (default {DEFAULT_DURATION}; {QUICK_DURATION} with --quick)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help=f"rounds per case, the median reported (default {DEFAULT_ROUNDS}; {QUICK_ROUNDS} with --quick)",
+    )
+    parser.add_argument("--threads", type=count(1), default=DEFAULT_THREADS, metavar="N", help="wrk -t (default 1)")
+    parser.add_argument(
+        "--connections", type=count(1), default=DEFAULT_CONNECTIONS, metavar="N", help="wrk -c (default 32)"
+    )
+    parser.add_argument(
+        "--stack",
+        action="append",
+        dest="stacks",
+        choices=tuple(PEERS),
+        metavar="NAME",
+        help=f"measure only this stack (repeatable): {', '.join(PEERS)}",
+    )
+    parser.add_argument(
+        "--redis-url", default=DEFAULT_URL, metavar="URL", help=f"Redis for ratekeeper's redis cases ({DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--no-pin", action="store_false", dest="pin", help="do not pin the server to CPU 0 and wrk to CPU 1"
+    )
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
+    parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
+    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    quick: bool = args.quick
+    return Settings(
+        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
+        rounds=args.rounds if args.rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+        threads=args.threads,
+        connections=args.connections,
+        warm_up=not quick,
+        pin=args.pin,
+        stacks=choose(args.stacks, tuple(PEERS), "stack"),
+        redis_url=args.redis_url,
+    )
+
+
+def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> WebBenchResult:
+    """Run the benchmark as parsed by a parser given ``add_arguments``."""
+    return run_web_bench(settings_from_args(args), out, args.progress, progress_stream)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a case
+    failed, 2 when wrk is missing."""
+    try:
+        result = bench_from_args(args, sys.stdout)
+    except RuntimeError as exc:
+        print(f"ratekeeper bench web: {exc}", file=sys.stderr)
+        return 2
+    return finish(result, args.markdown)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ratekeeper bench web", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
