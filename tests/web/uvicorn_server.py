@@ -28,7 +28,10 @@ def serve(app: Any, *, lifespan: str = "on") -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan=lifespan, loop="asyncio", ws="websockets-sansio")
+    # proxy_headers off: uvicorn would otherwise rewrite the peer from X-Forwarded-For itself
+    config = uvicorn.Config(
+        app, log_level="warning", lifespan=lifespan, loop="asyncio", ws="websockets-sansio", proxy_headers=False
+    )
     server = uvicorn.Server(config)
     errors: list[BaseException] = []
 

@@ -14,11 +14,11 @@ framework set it, else a Starlette-style ``app.routes`` match), only then.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from ratekeeper.limiter.async_limiter import AsyncLimiter
-from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+from ratekeeper.web.core import DenyResponse, RateLimitCore, RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
 
@@ -37,14 +37,54 @@ class RateLimitMiddleware:
     def __init__(
         self,
         app: ASGIApp,
-        rules: Any,
         *,
+        rules: Any,
         store: Any = "memory://",
         limiter: AsyncLimiter | None = None,
-        **options: Any,
+        on_error: str = "allow",
+        trusted_proxies: Iterable[str] | str | None = None,
+        ipv6_prefix: int = 64,
+        exempt_paths: Iterable[str] = (),
+        exempt_methods: Iterable[str] = (),
+        exempt_keys: Iterable[str] = (),
+        exempt_networks: Iterable[str] | str | None = None,
+        exempt: Callable[[RequestView], bool] | None = None,
+        user: Callable[[RequestView], str | None] | None = None,
+        cost: Any = None,
+        refund_statuses: Collection[int] = (),
+        shadow: bool | Iterable[str] = False,
+        ratelimit_headers: bool = True,
+        x_ratelimit_headers: bool = True,
+        deny_response: DenyResponse | None = None,
+        metrics: Any = None,
+        reload_interval: float = 1.0,
     ) -> None:
+        # The options are spelled out (not **options) so that type checkers accept
+        # ``app.add_middleware(RateLimitMiddleware, rules=...)``.
         self.app = app
-        self.core = RateLimitCore(rules, store=store, limiter=limiter, asynchronous=True, **options)
+        self.core = RateLimitCore(
+            rules,
+            store=store,
+            limiter=limiter,
+            asynchronous=True,
+            on_error=on_error,
+            trusted_proxies=trusted_proxies,
+            ipv6_prefix=ipv6_prefix,
+            exempt_paths=exempt_paths,
+            exempt_methods=exempt_methods,
+            exempt_keys=exempt_keys,
+            exempt_networks=exempt_networks,
+            exempt=exempt,
+            user=user,
+            cost=cost,
+            refund_statuses=refund_statuses,
+            shadow=shadow,
+            ratelimit_headers=ratelimit_headers,
+            x_ratelimit_headers=x_ratelimit_headers,
+            deny_response=deny_response,
+            metrics=metrics,
+            reload_interval=reload_interval,
+        )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

@@ -21,8 +21,10 @@ does nothing for exempt or unlimited requests.
 
 Options (the same names in every integration):
 
-- ``rules``: a path to a rules file (reloaded when it changes), a ``RuleSet``, a list of
-  ``HttpRule`` or ``Rule`` (a bare ``Rule`` applies to every request, with one global key).
+- ``rules``: a path to a native-form rules file (checked for changes every
+  ``reload_interval`` seconds, 1.0; a file that fails validation is refused and the old
+  rules stay), a ``RuleSet``, or a list of ``HttpRule`` / ``Rule`` (a bare ``Rule``
+  applies to every request, with one global key): ``ratekeeper.config.rules_from``.
 - ``store`` (URL or store object; default ``memory://``) or ``limiter`` (a ``Limiter`` for
   sync integrations, an ``AsyncLimiter`` for async ones). ``on_error`` is the limiter's
   failure policy for rules without their own (default ``"allow"``: a web site stays up
@@ -65,6 +67,9 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
+from ratekeeper.config.native import load_rules
+from ratekeeper.config.sources import rules_from
+from ratekeeper.config.watcher import RulesWatcher
 from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
@@ -225,6 +230,7 @@ class RateLimitCore:
         x_ratelimit_headers: bool = True,
         deny_response: DenyResponse | None = None,
         metrics: Any = None,
+        reload_interval: float = 1.0,
     ) -> None:
         self.asynchronous = asynchronous
         self.metrics = metrics
@@ -250,7 +256,7 @@ class RateLimitCore:
         self.ratelimit_headers = ratelimit_headers
         self.x_ratelimit_headers = x_ratelimit_headers
         self.deny_response = deny_response
-        self._source = _RulesSource(rules, metrics)
+        self._source = _RulesSource(rules, metrics, reload_interval)
         self._shadow_reported: frozenset[str] | None = None
         self._report_shadow(self._source.current())
 
@@ -531,52 +537,20 @@ def _strings(values: Iterable[str] | str, what: str) -> list[str]:
     return items
 
 
-def _ruleset(rules: Any) -> RuleSet:
-    """A RuleSet from one built in code: a RuleSet, an HttpRule, a Rule, or a list of them."""
-    if isinstance(rules, RuleSet):
-        return rules
-    items = [rules] if isinstance(rules, HttpRule | Rule) else list(rules)
-    out: list[HttpRule] = []
-    for item in items:
-        if isinstance(item, HttpRule):
-            out.append(item)
-        elif isinstance(item, Rule):
-            out.append(HttpRule(item))
-        else:
-            raise ConfigurationError(
-                f"rules must be a file path, a RuleSet or a list of HttpRule / Rule, got {type(item).__name__}"
-            )
-    return RuleSet(tuple(out))
-
-
 class _RulesSource:
     """The rules in force: fixed ones given in code, or a file's through its watcher."""
 
-    def __init__(self, rules: Any, metrics: Any) -> None:
+    def __init__(self, rules: Any, metrics: Any, interval: float) -> None:
         self._fixed: RuleSet | None = None
-        self._watcher: Any = None
+        self._watcher: RulesWatcher[RuleSet] | None = None
         if isinstance(rules, str | os.PathLike):
-            self._watcher = _watch(rules, metrics)
+            on_reload = None if metrics is None else (lambda ok, _error: metrics.reloaded(ok))
+            self._watcher = RulesWatcher(rules, loader=load_rules, interval=interval, on_reload=on_reload)
         else:
-            self._fixed = _ruleset(rules)
+            self._fixed = rules_from(rules)
 
     def current(self) -> RuleSet:
         if self._fixed is not None:
             return self._fixed
-        ruleset: RuleSet = self._watcher.current
-        return ruleset
-
-
-def _watch(path: str | os.PathLike[str], metrics: Any) -> Any:
-    """A ``ratekeeper.config.RulesWatcher`` for ``path``."""
-    try:
-        from ratekeeper import config
-    except ImportError as exc:  # pragma: no cover - config always ships with the package
-        raise ConfigurationError("rules files need ratekeeper.config") from exc
-    watcher_type = getattr(config, "RulesWatcher", None)
-    if watcher_type is None:
-        raise ConfigurationError("this version of ratekeeper cannot load rules files yet; pass a list of rules")
-    try:
-        return watcher_type(path, metrics=metrics)
-    except TypeError:
-        return watcher_type(path)
+        assert self._watcher is not None
+        return self._watcher.current
