@@ -32,9 +32,8 @@ def create_app() -> Starlette:
     if config.variant == "ratekeeper":
         from ratekeeper.web import RateLimitMiddleware
 
-        # As app.add_middleware(RateLimitMiddleware, ...) would; the ignore: Starlette's
-        # factory protocol does not accept the middleware's signature under mypy strict.
-        ours = Middleware(RateLimitMiddleware, rules=config.ratekeeper_rules(), store=config.store)  # type: ignore[arg-type]
+        # As app.add_middleware(RateLimitMiddleware, ...) would.
+        ours = Middleware(RateLimitMiddleware, rules=config.ratekeeper_rules(), store=config.store)
         return Starlette(routes=[Route(PATH, _ok)], middleware=[ours])
     if config.variant == "slowapi":
         return _slowapi_app(config)
