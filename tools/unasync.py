@@ -13,8 +13,9 @@ over text, so strings and comments are never rewritten by accident:
 - a name left twice in a row by the renaming (``AsyncStore, Store`` -> ``Store, Store``,
   ``AsyncStore | Store``) is written once.
 
-The result goes through ``ruff format`` (the version pinned by the ``test`` extra) only to
-lay out the lines the removals shortened. ``--check`` exits 1 when a target is not what
+The result goes through ruff (the version pinned by the ``test`` extra): its import
+sorting, since a rename can unsort an import line, and ``ruff format`` to lay out the
+lines the removals shortened. ``--check`` exits 1 when a target is not what
 this script would write; ``tests/test_unasync.py`` runs it.
 """
 
@@ -39,6 +40,7 @@ NAMES: dict[str, str] = {
     "__aexit__": "__exit__",
     "aclose": "close",
     "AsyncObservedStore": "ObservedStore",
+    "AsyncOverLimitCache": "OverLimitCache",
 }
 """Renames that hold for every pair."""
 
@@ -133,15 +135,18 @@ def generate(source: str, path: Path, target: Path, title: str, renames: dict[st
     for start, end, text in sorted(_edits(body_tokens, {**NAMES, **renames}), reverse=True):
         code = code[:start] + text + code[end:]
     code = code[docstring.end_offset :]
-    formatted = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", str(target), "-"],
-        input=header(path, title) + "\n" + code.lstrip("\n"),
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    return formatted.stdout
+    code = header(path, title) + "\n" + code.lstrip("\n")
+    # Renames can unsort an import line: sort (ruff's isort rule), then lay out the lines.
+    for ruff in (["check", "--select", "I", "--fix", "--exit-zero", "--quiet"], ["format"]):
+        code = subprocess.run(
+            [sys.executable, "-m", "ruff", *ruff, "--stdin-filename", str(target), "-"],
+            input=code,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+        ).stdout
+    return code
 
 
 class _Token(NamedTuple):

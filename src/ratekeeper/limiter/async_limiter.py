@@ -33,6 +33,7 @@ from ratekeeper.limiter.failure import FailurePolicy
 from ratekeeper.limiter.flows import acquire_flow, run_async
 from ratekeeper.limiter.lease import AsyncLease
 from ratekeeper.limiter.observer import AsyncObservedStore, Observer
+from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, AsyncOverLimitCache, DenialCache
 from ratekeeper.op import DECIDE, PEEK, Op
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
 from ratekeeper.stores.base import AsyncStore, Store
@@ -58,7 +59,11 @@ class AsyncLimiter:
     False: never open) stops calling a failing store, so each call then costs
     microseconds. ``failures`` counts what the policy did, per rule. ``observer`` (see
     ``ratekeeper.limiter.observer``) is told every decision, store call and breaker
-    change; without one nothing is measured.
+    change; without one nothing is measured. ``over_limit_cache`` (True, a bound on its
+    keys, or a ``DenialCache`` with a clock of its own) answers a key's denial in this
+    process until its ``retry_after`` has passed (``ratekeeper.limiter.overlimit``: what
+    it saves, and why it never admits more); a store that decides in this process needs
+    none and is left as it is.
     """
 
     def __init__(
@@ -70,6 +75,7 @@ class AsyncLimiter:
         timeout: float | None = None,
         breaker: CircuitBreaker | bool = True,
         observer: Observer | None = None,
+        over_limit_cache: bool | int | DenialCache = False,
         **options: Any,
     ) -> None:
         if clock is not None:
@@ -88,6 +94,14 @@ class AsyncLimiter:
         self.observer = observer
         if observer is not None:
             self.store = AsyncObservedStore(self.store, observer)
+        self.over_limit_cache: DenialCache | None = None
+        if over_limit_cache is not False and in_process_decide(self.store) is None:
+            if not isinstance(over_limit_cache, DenialCache):
+                bound = DEFAULT_MAX_KEYS if over_limit_cache is True else int(over_limit_cache)
+                over_limit_cache = DenialCache(self.clock, bound)
+            over_limit_cache.observer = observer
+            self.over_limit_cache = over_limit_cache
+            self.store = AsyncOverLimitCache(self.store, over_limit_cache)
         # A store deciding in this process without I/O is called directly, with the op's
         # fields (no Op built, no coroutine in between); observed or guarded calls go the
         # long way.

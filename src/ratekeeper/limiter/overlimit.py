@@ -1,0 +1,191 @@
+"""The over-limit cache: a denial answered in this process until its ``retry_after`` has passed.
+
+``Limiter(store, over_limit_cache=True)`` (or ``AsyncLimiter``) remembers, per rule and
+key, the store's last denial: ``(cost, until)`` where ``until`` is the local time when
+``retry_after`` runs out. Until then a ``try_acquire`` of that rule and key for the same
+cost or more is refused here, without a store round trip, so a flood from one abusive
+key costs the store nothing.
+
+Why it never admits more than the store would: the cache only ever *refuses*. Why it
+refuses no longer than the store would, except after a refund: the store answered that
+``cost`` cannot be admitted for ``retry_after`` seconds, and with no refund, reset or
+lease release in between, every algorithm keeps that promise (time is the only thing
+that frees quota, and a larger cost needs at least as long). ``until`` is counted from
+the moment the call was *sent*, so the local deadline falls no later than the store's
+own. A refund, reset or release made through this limiter forgets the key's entry; one
+made by another process is not seen, so there a key may be refused for at most the rest
+of its ``retry_after`` although quota came back: the documented price of the cache.
+
+Not cached: peeks, ``acquire``'s reservations (they may be admitted with a delay),
+concurrency rules (a lease can be released early by anyone), a cost that no wait can
+admit (``retry_after = inf``, already refused without state), and fallback decisions
+(made without the store). The cache is bounded (``max_keys``; the oldest entry goes
+first) and a hit reports the decision to the observer like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.decision import Decision
+from ratekeeper.op import DECIDE
+
+if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
+    from ratekeeper.clock import Clock
+    from ratekeeper.limiter.observer import Observer
+    from ratekeeper.op import Op
+    from ratekeeper.stores.base import AsyncStore, Store
+
+__all__ = ["DEFAULT_MAX_KEYS", "AsyncOverLimitCache", "DenialCache", "OverLimitCache"]
+
+DEFAULT_MAX_KEYS = 100_000
+
+
+class DenialCache:
+    """The entries and their rules, shared by the blocking and the asyncio wrapper.
+
+    ``hits`` counts the calls answered here; ``stored`` the denials remembered.
+    """
+
+    __slots__ = ("clock", "entries", "hits", "max_keys", "observer", "stored")
+
+    def __init__(self, clock: Clock, max_keys: int = DEFAULT_MAX_KEYS, observer: Observer | None = None) -> None:
+        self.clock = clock
+        self.max_keys = max_keys
+        self.observer = observer
+        self.entries: dict[tuple[Plan, str], tuple[int, int, int, Decision]] = {}
+        self.hits = 0
+        self.stored = 0
+
+    def lookup(self, op: Op) -> tuple[Decision | None, int]:
+        """A denial for ``op`` if one is still in force, and the time (µs) to count from."""
+        sent = self.clock.now_us()
+        if op[0] is not DECIDE or op[4] is not None or op[5] is not None:
+            return None, sent
+        entry = self.entries.get((op[1], op[2]))
+        if entry is None:
+            return None, sent
+        cost, until, stored_at, denial = entry
+        if sent >= until:
+            del self.entries[(op[1], op[2])]
+            return None, sent
+        if op[3] < cost:
+            return None, sent
+        self.hits += 1
+        decision = _aged(denial, sent - stored_at)
+        if self.observer is not None:
+            self.observer.decided(decision)
+        return decision, sent
+
+    def remember(self, op: Op, decision: Decision, sent: int) -> None:
+        """Keep ``decision`` when it is a denial the cache may repeat."""
+        if decision[2] or decision[9] is not None or op[0] is not DECIDE or op[4] is not None or op[1].leases:
+            return
+        retry = decision[4]
+        if retry <= 0 or retry >= _FOREVER:
+            return
+        key = (op[1], op[2])
+        entries = self.entries
+        if key not in entries and len(entries) >= self.max_keys:
+            del entries[next(iter(entries))]
+        entries[key] = (op[3], sent + retry, sent, decision)
+        self.stored += 1
+
+    def forget(self, plan: Plan, key: str) -> None:
+        self.entries.pop((plan, key), None)
+
+
+_FOREVER = 2**62
+"""Retry times at or above this are the algorithms' 'never' (``retry_after = inf``)."""
+
+
+def _aged(denial: Decision, elapsed: int) -> Decision:
+    """``denial`` as it reads ``elapsed`` µs later: retry and reset times shortened."""
+    fields = list(denial)
+    fields[4] = max(0, denial[4] - elapsed)
+    fields[7] = tuple(max(0, r - elapsed) for r in denial[7])
+    return Decision(fields)
+
+
+class OverLimitCache:
+    """A ``Store`` that answers remembered denials itself and asks ``store`` otherwise."""
+
+    def __init__(self, store: Store, cache: DenialCache) -> None:
+        self.store = store
+        self.cache = cache
+        self.clock = getattr(store, "clock", None)
+
+    def decide(self, op: Op, now: int | None = None) -> Decision:
+        if now is not None:  # an explicit time (tests, conformance): the store's answer, always
+            return self.store.decide(op, now)
+        cached, sent = self.cache.lookup(op)
+        if cached is not None:
+            return cached
+        decision = self.store.decide(op, now)
+        self.cache.remember(op, decision, sent)
+        return decision
+
+    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        sent = self.cache.clock.now_us()
+        decisions = self.store.decide_many(ops, now)
+        if now is None:
+            for op, decision in zip(ops, decisions, strict=True):
+                self.cache.remember(op, decision, sent)
+        return decisions
+
+    def refund(self, op: Op, now: int | None = None) -> None:
+        self.cache.forget(op[1], op[2])
+        self.store.refund(op, now)
+
+    def reset(self, plan: Plan, key: str) -> None:
+        self.cache.forget(plan, key)
+        self.store.reset(plan, key)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+class AsyncOverLimitCache:
+    """The asyncio twin of ``OverLimitCache``."""
+
+    def __init__(self, store: AsyncStore, cache: DenialCache) -> None:
+        self.store = store
+        self.cache = cache
+        self.clock = getattr(store, "clock", None)
+
+    async def decide(self, op: Op, now: int | None = None) -> Decision:
+        if now is not None:
+            return await self.store.decide(op, now)
+        cached, sent = self.cache.lookup(op)
+        if cached is not None:
+            return cached
+        decision = await self.store.decide(op, now)
+        self.cache.remember(op, decision, sent)
+        return decision
+
+    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        sent = self.cache.clock.now_us()
+        decisions = await self.store.decide_many(ops, now)
+        if now is None:
+            for op, decision in zip(ops, decisions, strict=True):
+                self.cache.remember(op, decision, sent)
+        return decisions
+
+    async def refund(self, op: Op, now: int | None = None) -> None:
+        self.cache.forget(op[1], op[2])
+        await self.store.refund(op, now)
+
+    async def reset(self, plan: Plan, key: str) -> None:
+        self.cache.forget(plan, key)
+        await self.store.reset(plan, key)
+
+    async def aclose(self) -> None:
+        await self.store.aclose()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
