@@ -34,6 +34,7 @@ def common_rules(suffix: str = "") -> list[dict[str, Any]]:
         {"name": f"me{suffix}", "path": "/me", "key": "{user}", "limits": ["1/minute"]},
         {"name": f"ame{suffix}", "path": "/ame", "key": "{user}", "limits": ["1/minute"]},
         {"name": f"route{suffix}", "path": "/r/{x}", "key": "{route}", "limits": ["1/minute"]},
+        {"name": f"kw{suffix}", "path": "/kw/*", "key": "{path.user}", "limits": ["1/minute"]},
     ]
 
 

@@ -19,4 +19,6 @@ urlpatterns = [
     path("stream/<int:n>", views.stream),
     path("r/<str:x>", views.route),
     path("mode", views.mode),
+    path("login", views.login),
+    path("kw/<str:user>", views.kw),
 ]

@@ -77,7 +77,10 @@ def me(request: HttpRequest) -> HttpResponse:
 
 
 async def ame(request: HttpRequest) -> HttpResponse:
-    return JsonResponse({"user": request.user.pk})
+    # With AuthenticationMiddleware the lazy request.user may not query on the event loop.
+    auser = getattr(request, "auser", None)
+    user = await auser() if auser is not None else request.user
+    return JsonResponse({"user": user.pk})
 
 
 def stream(request: HttpRequest, n: int) -> HttpResponse:
@@ -90,6 +93,21 @@ def stream(request: HttpRequest, n: int) -> HttpResponse:
 
 def route(request: HttpRequest, x: str) -> HttpResponse:
     return JsonResponse({"x": x})
+
+
+def kw(request: HttpRequest, user: str) -> HttpResponse:
+    return JsonResponse({"user": user})
+
+
+async def login(request: HttpRequest) -> HttpResponse:
+    """POST username and password: a session for that user (Django's async auth API)."""
+    from django.contrib.auth import aauthenticate, alogin
+
+    user = await aauthenticate(request, username=request.POST["username"], password=request.POST["password"])
+    if user is None:
+        return JsonResponse({"error": "bad credentials"}, status=403)
+    await alogin(request, user)
+    return JsonResponse({"user": user.pk})
 
 
 def mode(request: HttpRequest) -> HttpResponse:

@@ -15,7 +15,7 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from ratekeeper.web.wsgi import WSGIRateLimitMiddleware
+from ratekeeper.web import WSGIRateLimitMiddleware
 from web_wsgi import config
 
 app = Flask(__name__)
@@ -70,6 +70,11 @@ def closed() -> Any:
 @app.get("/exempt/<path:rest>")
 def exempt(rest: str) -> Any:
     return jsonify(rest=rest)
+
+
+@app.get("/r/<x>")
+def route(x: str) -> Any:
+    return jsonify(x=x)
 
 
 @app.get("/header")

@@ -121,3 +121,23 @@ def test_route_key_is_the_django_route(server: AppServer) -> None:
     b = httpx.get(f"{server.url}/r/{fresh()}")
     assert a.status_code == 200
     assert_denied(b, "route", 1, 60)
+
+
+def test_path_params_from_the_django_resolver(server: AppServer) -> None:
+    """A rule whose path template has no parameter (``/kw/*``) reads ``{path.user}`` from the URL pattern."""
+    if not server.name.startswith("django"):
+        pytest.skip("the view's kwargs come from Django's resolver")
+    a, b = fresh(), fresh()
+    assert httpx.get(f"{server.url}/kw/{a}").status_code == 200
+    assert_denied(httpx.get(f"{server.url}/kw/{a}"), "kw", 1, 60)
+    assert httpx.get(f"{server.url}/kw/{b}").status_code == 200
+
+
+def test_flask_has_no_route_so_a_route_keyed_rule_is_skipped(server: AppServer) -> None:
+    """Plain WSGI knows no route before the app runs: ``{route}`` is missing and the rule is skipped."""
+    if server.name != "flask":
+        pytest.skip("the WSGI middleware")
+    for _ in range(2):
+        response = httpx.get(f"{server.url}/r/{fresh()}")
+        assert response.status_code == 200
+        assert "RateLimit" not in response.headers

@@ -159,7 +159,7 @@ class RateLimitMiddleware:
         return response
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        user = await self._async_user(request) if self._needs_user() else None
+        user = await self._async_user(request) if self._needs_user(request) else None
         verdict = await self.core.check_async(request_view(request, user))
         if not verdict.allowed:
             return _deny(verdict)
@@ -173,16 +173,17 @@ class RateLimitMiddleware:
                 log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
         return response
 
-    def _needs_user(self) -> bool:
-        """Whether any rule reads ``{user}`` (then the async path must load it before deciding:
-        ``request.user`` may not touch the database on the event loop)."""
+    def _needs_user(self, request: HttpRequest) -> bool:
+        """Whether a rule that matches ``request`` reads ``{user}``: then the async path loads
+        the user before deciding (``request.user`` may not query the database on the event
+        loop), and only then."""
         if self.core.user is not None:
             return False
+        method, path, host = request.method or "GET", request.path, request.META.get("HTTP_HOST")
         for rule in self.core.rules:
-            if ("user", None) in rule.key.needs:
-                return True
             cost = rule.cost
-            if not isinstance(cost, int) and ("user", None) in cost.needs:
+            needs = rule.key.needs if isinstance(cost, int) else (*rule.key.needs, *cost.needs)
+            if ("user", None) in needs and rule.match.match(method, path, host) is not None:
                 return True
         return False
 
