@@ -13,7 +13,7 @@ from ratekeeper.errors import RateKeeperError
 
 __all__ = ["COMMANDS", "build_parser", "main"]
 
-COMMANDS = ("check", "config", "demo", "migrate", "bench")
+COMMANDS = ("check", "config", "demo", "migrate", "serve", "bench")
 """The subcommands, in the order ``--help`` lists them; each names a module of this package."""
 
 

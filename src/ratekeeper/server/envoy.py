@@ -1,0 +1,190 @@
+"""Envoy's rate-limit protocol (``envoy.service.ratelimit.v3``), for gRPC and ``POST /json``.
+
+``should_rate_limit(service, request)`` answers one ``RateLimitRequest`` with one
+``RateLimitResponse``, as Envoy's reference service does, with one difference: the
+descriptors of a request are decided as ONE transaction (``core.decide_together``):
+when any enforced descriptor is over its limit, none is charged, where the reference
+service charges every descriptor it checked.
+
+- The domain's Envoy-form rules file resolves each descriptor (``EnvoyConfig.resolve_all``,
+  ``replaces`` applied). A descriptor that no limit matches, an ``unlimited`` one, and
+  every descriptor of an unknown domain are ``OK`` with no ``current_limit``.
+- Hits: the request's ``hits_addend`` (0 means 1, as in Envoy), overridden per descriptor
+  by its ``hits_addend`` (a wrapper: set to 0, the descriptor is checked without being
+  charged, a peek whose status says whether one more hit would pass).
+- A descriptor's ``limit`` override (``requests_per_unit`` per ``unit``) replaces the
+  configured limit for that descriptor with a fixed window of that size, as in Envoy.
+- ``shadow_mode`` descriptors are decided and counted but always ``OK``.
+- Each status: ``code``, ``current_limit`` (the limit that refused, else the tightest:
+  ``name``, ``requests_per_unit``, ``unit``), ``limit_remaining``,
+  ``duration_until_reset`` (for a refusal: until the cost fits again).
+- ``response_headers_to_add``: ``RateLimit-Policy``, ``RateLimit``, ``X-RateLimit-*`` and
+  ``Retry-After`` on a refusal (DESIGN 5.3), for the enforced, limited descriptors.
+
+Bad requests (no domain, no descriptors, an empty entry key, a hit count over
+``MAX_COST``, a malformed override) raise ``BadInput``: ``INVALID_ARGUMENT`` over gRPC,
+400 over HTTP.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
+from google.protobuf import json_format  # type: ignore[import-untyped]
+
+from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.limit import Limit
+from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.server.core import Item, decide_together
+from ratekeeper.server.inputs import MAX_COST
+from ratekeeper.server.problems import BadInput
+from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
+
+if TYPE_CHECKING:
+    from ratekeeper.server.service import Service
+
+__all__ = ["MAX_DESCRIPTORS", "envoy_json", "should_rate_limit"]
+
+Response: Any = rls_pb2.RateLimitResponse
+RateLimit: Any = rls_pb2.RateLimitResponse.RateLimit
+
+MAX_DESCRIPTORS = 64
+"""The most descriptors one request may carry."""
+
+_UNITS = (
+    (1, RateLimit.SECOND, "second"),
+    (60, RateLimit.MINUTE, "minute"),
+    (3_600, RateLimit.HOUR, "hour"),
+    (86_400, RateLimit.DAY, "day"),
+    (604_800, RateLimit.WEEK, "week"),
+    (2_592_000, RateLimit.MONTH, "month"),
+    (31_536_000, RateLimit.YEAR, "year"),
+)
+_UNIT_OF_SECONDS = {seconds * 1_000_000: unit for seconds, unit, _ in _UNITS}
+_SECONDS_OF_UNIT = {unit: seconds for seconds, unit, _ in _UNITS}
+
+
+async def should_rate_limit(service: Service, request: Any) -> Any:
+    """The answer to one request (see the module docstring)."""
+    if not request.domain:
+        raise BadInput(400, "the request has no domain", "the domain of an Envoy-form rules file")
+    n = len(request.descriptors)
+    if not 1 <= n <= MAX_DESCRIPTORS:
+        raise BadInput(400, f"the request has {n} descriptors", f"1 to {MAX_DESCRIPTORS} descriptors")
+    default_hits = request.hits_addend or 1
+    entries: list[list[tuple[str, str]]] = []
+    for i, descriptor in enumerate(request.descriptors):
+        pairs = [(e.key, e.value) for e in descriptor.entries]
+        if not pairs or any(not k for k, _ in pairs):
+            raise BadInput(400, f"descriptor {i} has no entries or an entry without a key", "entries with a key each")
+        entries.append(pairs)
+    config = service.catalog.envoy.get(request.domain)
+    limits = config.resolve_all(entries) if config is not None else [None] * n
+
+    items: list[Item] = []
+    placed: list[int | None] = []  # descriptor -> its item
+    for i, descriptor in enumerate(request.descriptors):
+        hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default_hits
+        if hits > MAX_COST:
+            raise BadInput(400, f"descriptor {i} adds {hits} hits", f"hits_addend of at most {MAX_COST}")
+        found = limits[i]
+        rule: Rule | None = None if found is None else found.rule
+        if descriptor.HasField("limit"):
+            rule = _override(request.domain, descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
+        elif found is None or found.unlimited:
+            rule = None
+        if rule is None:
+            placed.append(None)
+            continue
+        key = found.key if found is not None else ".".join(f"{k}_{v}" if v else k for k, v in entries[i])
+        placed.append(len(items))
+        shadow = found is not None and found.shadow
+        items.append(Item(rule, _bounded(key), max(hits, 0), shadow=shadow, peek=hits == 0))
+
+    outcome = await decide_together(service.limiter, items)
+    response = Response(overall_code=Response.OK if outcome.allowed else Response.OVER_LIMIT)
+    for index in placed:
+        status = response.statuses.add()
+        status.code = Response.OK
+        if index is None:
+            continue
+        decision, item = outcome.decisions[index], items[index]
+        if not decision.allowed and not item.shadow:
+            status.code = Response.OVER_LIMIT
+        _describe(status, decision)
+    enforced = [d for d, item in zip(outcome.decisions, items, strict=True) if not item.shadow]
+    fields = ratelimit_fields(enforced) + x_ratelimit_fields(enforced)
+    if not outcome.allowed:
+        retry = retry_after_seconds(enforced)
+        if retry is not None:
+            fields.append(("Retry-After", str(retry)))
+    for name, value in fields:
+        response.response_headers_to_add.add(key=name, value=value)
+    return response
+
+
+def _describe(status: Any, decision: Decision) -> None:
+    """``current_limit``, ``limit_remaining`` and ``duration_until_reset`` of one decision."""
+    limits = decision.rule_limits
+    if not limits:
+        return
+    i = decision.denied_index
+    if i < 0:
+        remaining = decision.remaining_each
+        i = min(range(len(limits)), key=lambda j: (remaining[j], -decision.reset_us[j]))
+    limit = limits[i]
+    status.current_limit.name = decision.rule
+    status.current_limit.requests_per_unit = min(limit.count, 2**32 - 1)
+    status.current_limit.unit = _UNIT_OF_SECONDS.get(limit.period_us, RateLimit.UNKNOWN)
+    status.limit_remaining = max(0, min(decision.remaining_each[i], 2**32 - 1))
+    us = decision.reset_us[i]
+    if i == decision.denied_index and decision.retry_us != INFINITE:
+        us = decision.retry_us
+    status.duration_until_reset.FromMicroseconds(max(0, us))
+
+
+def _bounded(key: str) -> str:
+    """The state key, hashed when the descriptor's values make it longer than a key may be."""
+    if len(key) <= MAX_KEY_LENGTH:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+@lru_cache(maxsize=1024)
+def _override_rule(domain: str, requests: int, unit: int) -> Rule:
+    seconds = _SECONDS_OF_UNIT[unit]
+    name = f"{domain}.override.{requests}_per_{RateLimit.Unit.Name(unit).lower()}"
+    return Rule(name, [Limit(requests, seconds)], algorithm="fixed_window")
+
+
+def _override(domain: str, requests: int, unit: int, i: int) -> Rule:
+    """The rule of a descriptor's ``limit`` override (one per domain, size and unit)."""
+    if unit not in _SECONDS_OF_UNIT or requests < 1:
+        raise BadInput(
+            400,
+            f"descriptor {i} overrides the limit with {requests} per {RateLimit.Unit.Name(unit)}",
+            "requests_per_unit >= 1 and a unit from SECOND to YEAR",
+        )
+    return _override_rule(domain, requests, unit)
+
+
+async def envoy_json(service: Service, body: Any) -> tuple[int, dict[str, Any]]:
+    """``POST /json``: the request in the proto3 JSON mapping; 200 (``OK``) or 429
+    (``OVER_LIMIT``) with the response in the same mapping."""
+    if not isinstance(body, dict):
+        raise BadInput(400, "the body must be a JSON object", "a RateLimitRequest in the proto3 JSON mapping")
+    request = rls_pb2.RateLimitRequest()
+    try:
+        json_format.ParseDict(body, request)
+    except json_format.ParseError as exc:
+        raise BadInput(
+            400,
+            f"not a RateLimitRequest: {exc}",
+            '{"domain": "...", "descriptors": [{"entries": [{"key": "...", "value": "..."}]}], "hitsAddend": 1}',
+        ) from None
+    response = await should_rate_limit(service, request)
+    doc = json_format.MessageToDict(response)
+    return (200 if response.overall_code == Response.OK else 429), doc

@@ -1,0 +1,265 @@
+"""The JSON-over-HTTP API: a plain ASGI application (``HttpApp``).
+
+Routes (``ROUTES``; ``openapi.py`` describes each one):
+
+- ``POST /v1/check``: ``{"rule", "key", "cost"}`` or ``{"checks": [...]}`` (all or
+  nothing); 200 when admitted, 429 when refused; the body is the decision
+  (``Decision.as_dict()``; a batch: ``{"allowed", "decisions": [...]}``) and the headers
+  are those of a rate-limited response (``RateLimit-Policy``, ``RateLimit``,
+  ``X-RateLimit-*``, ``Retry-After`` on a refusal).
+- ``POST /v1/peek``, ``/v1/refund``, ``/v1/reset``; ``GET /v1/rules``.
+- ``GET /healthz`` (the process answers), ``/readyz`` (the store answers; 503 when not),
+  ``/metrics`` (Prometheus), ``/openapi.json``.
+- ``POST /json``: Envoy's rate-limit request in the proto3 JSON mapping (``envoy.py``).
+
+Bad input (malformed JSON, unknown fields or rule, wrong types, a cost out of range, a
+key too long, a body over 64 KiB, a wrong content type, an unknown route or method) is
+answered with a 4xx ``application/problem+json`` that says what is wrong and what is
+accepted, before anything is charged. A store that fails under the ``raise`` policy is
+a 503 problem.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ratekeeper.decision import Decision
+from ratekeeper.errors import InvalidRequest, StoreError
+from ratekeeper.server.core import Item, Outcome, decide_together
+from ratekeeper.server.envoy import envoy_json
+from ratekeeper.server.inputs import MAX_BODY, parse_json, read_check, read_checks, read_refund, read_reset
+from ratekeeper.server.logs import log
+from ratekeeper.server.openapi import openapi_document
+from ratekeeper.server.problems import BadInput
+from ratekeeper.server.service import Service
+from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
+
+__all__ = ["ROUTES", "HttpApp", "Request", "Response"]
+
+JSON = "application/json"
+
+
+@dataclass(slots=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any = None  # the parsed JSON of a POST
+
+
+@dataclass(slots=True)
+class Response:
+    status: int
+    body: bytes
+    content_type: str = JSON
+    headers: list[tuple[str, str]] = field(default_factory=list)
+
+
+def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None) -> Response:
+    return Response(status, json.dumps(doc, separators=(",", ":")).encode(), JSON, headers or [])
+
+
+Handler = Callable[["HttpApp", Request], Awaitable[Response]]
+
+# -- the handlers ---------------------------------------------------------------------
+
+
+def _decision_doc(decision: Decision, shadow: bool) -> dict[str, Any]:
+    doc = decision.as_dict()
+    if shadow:
+        # A shadow rule never refuses: the verdict is "allowed"; what its limits said stays
+        # readable (``would_deny``, ``denied_by``, ``retry_after``).
+        doc["would_deny"] = not decision.allowed
+        doc["allowed"] = True
+        doc["shadow"] = True
+    return doc
+
+
+def _limit_headers(outcome: Outcome, items: list[Item]) -> list[tuple[str, str]]:
+    enforced = [d for d, item in zip(outcome.decisions, items, strict=True) if not item.shadow]
+    headers = ratelimit_fields(enforced) + x_ratelimit_fields(enforced)
+    if not outcome.allowed:
+        retry = retry_after_seconds(enforced)
+        if retry is not None:
+            headers.append(("Retry-After", str(retry)))
+    return headers
+
+
+async def check(app: HttpApp, request: Request) -> Response:
+    read = read_checks(request.body, app.service.catalog.rules)
+    checks = read if isinstance(read, list) else [read]
+    items = [Item(c.rule.rule, c.key, c.cost, shadow=c.rule.shadow) for c in checks]
+    outcome = await decide_together(app.service.limiter, items)
+    status = 200 if outcome.allowed else 429
+    docs = [_decision_doc(d, item.shadow) for d, item in zip(outcome.decisions, items, strict=True)]
+    doc = {"allowed": outcome.allowed, "decisions": docs} if isinstance(read, list) else docs[0]
+    return json_response(status, doc, _limit_headers(outcome, items))
+
+
+async def peek(app: HttpApp, request: Request) -> Response:
+    c = read_check(request.body, app.service.catalog.rules)
+    decision = await app.service.limiter.peek(c.rule.rule, c.key, c.cost)
+    return json_response(200, _decision_doc(decision, c.rule.shadow))
+
+
+async def refund(app: HttpApp, request: Request) -> Response:
+    c, lease = read_refund(request.body, app.service.catalog.rules)
+    if lease is not None and c.rule.rule.algorithm != "concurrency":
+        raise BadInput(400, f"rule {c.rule.name!r} holds no leases", "lease_id only for a concurrency rule")
+    await app.service.limiter.refund(c.rule.rule, c.key, c.cost, lease_id=lease)
+    return json_response(200, {"rule": c.rule.name, "key": c.key, "refunded": c.cost})
+
+
+async def reset(app: HttpApp, request: Request) -> Response:
+    c = read_reset(request.body, app.service.catalog.rules)
+    await app.service.limiter.reset(c.rule.rule, c.key)
+    return json_response(200, {"rule": c.rule.name, "key": c.key, "reset": True})
+
+
+async def rules(app: HttpApp, request: Request) -> Response:
+    return json_response(200, app.service.catalog.describe())
+
+
+async def healthz(app: HttpApp, request: Request) -> Response:
+    return json_response(200, {"status": "ok"})
+
+
+async def readyz(app: HttpApp, request: Request) -> Response:
+    problem = await app.service.store_problem()
+    if problem is not None:
+        raise BadInput(503, f"the store is not reachable: {problem}", "a store that answers")
+    return json_response(200, {"status": "ready"})
+
+
+async def metrics(app: HttpApp, request: Request) -> Response:
+    body, content_type = app.service.metrics.exposition(request.headers.get("accept"))
+    return Response(200, body, content_type)
+
+
+async def openapi(app: HttpApp, request: Request) -> Response:
+    return json_response(200, app.openapi)
+
+
+async def envoy(app: HttpApp, request: Request) -> Response:
+    status, doc = await envoy_json(app.service, request.body)
+    return json_response(status, doc)
+
+
+ROUTES: dict[str, dict[str, Handler]] = {
+    "/v1/check": {"POST": check},
+    "/v1/peek": {"POST": peek},
+    "/v1/refund": {"POST": refund},
+    "/v1/reset": {"POST": reset},
+    "/v1/rules": {"GET": rules},
+    "/healthz": {"GET": healthz},
+    "/readyz": {"GET": readyz},
+    "/metrics": {"GET": metrics},
+    "/openapi.json": {"GET": openapi},
+    "/json": {"POST": envoy},
+}
+"""Path -> method -> handler. ``HEAD`` is answered for every ``GET`` route."""
+
+
+# -- the ASGI application -------------------------------------------------------------
+
+
+class HttpApp:
+    """The ASGI application of ``ratekeeper serve`` (HTTP only; no lifespan needed)."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+        self.openapi = openapi_document()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        self.service.metrics.request("http")
+        head = scope["method"] == "HEAD"
+        try:
+            response = await self._answer(scope, receive)
+        except BadInput as exc:
+            response = Response(exc.status, exc.body(), exc.content_type, list(exc.headers))
+        except InvalidRequest as exc:  # a check the inputs missed: still the caller's mistake
+            bad = BadInput(400, str(exc))
+            response = Response(400, bad.body(), bad.content_type)
+        except StoreError as exc:
+            bad = BadInput(503, f"the store failed: {type(exc).__name__}: {exc}", "retry later")
+            response = Response(503, bad.body(), bad.content_type, [("Retry-After", "1")])
+        except Exception as exc:  # noqa: BLE001 - an answer, a log line, and the server lives on
+            log("error", level="error", path=scope.get("path"), error=repr(exc), trace=traceback.format_exc())
+            bad = BadInput(500, "the service failed to answer; this is a bug, see its log")
+            response = Response(500, bad.body(), bad.content_type)
+        headers = [
+            (b"content-type", response.content_type.encode()),
+            (b"content-length", str(len(response.body)).encode()),
+            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers),
+        ]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"" if head else response.body})
+
+    async def _answer(self, scope: dict[str, Any], receive: Any) -> Response:
+        path: str = scope["path"]
+        methods = ROUTES.get(path)
+        if methods is None:
+            raise BadInput(404, f"no route {path!r}", "one of " + ", ".join(sorted(ROUTES)))
+        method: str = scope["method"]
+        handler = methods.get("GET" if method == "HEAD" and "GET" in methods else method)
+        if handler is None:
+            allowed = sorted({*methods, *(["HEAD"] if "GET" in methods else [])})
+            raise BadInput(
+                405,
+                f"{path} does not answer {method}",
+                " or ".join(allowed),
+                headers=(("Allow", ", ".join(allowed)),),
+            )
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        request = Request(method, path, headers)
+        if method == "POST":
+            _check_content_type(headers.get("content-type"))
+            request.body = parse_json(await _read_body(headers, receive))
+        return await handler(self, request)
+
+
+def _check_content_type(value: str | None) -> None:
+    media = (value or "").split(";", 1)[0].strip().lower()
+    if media != JSON and not (media.startswith("application/") and media.endswith("+json")):
+        got = f"Content-Type {value!r}" if value else "no Content-Type"
+        raise BadInput(415, f"the body must be JSON; the request has {got}", "Content-Type: application/json")
+
+
+async def _read_body(headers: dict[str, str], receive: Any) -> bytes:
+    too_big = BadInput(413, f"the body is larger than {MAX_BODY} bytes", f"a body of at most {MAX_BODY} bytes")
+    length = headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY:
+        raise too_big
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise too_big
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

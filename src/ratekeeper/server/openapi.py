@@ -1,0 +1,267 @@
+"""The OpenAPI 3.1 document of the JSON API (``GET /openapi.json``).
+
+Written by hand from the same constants the handlers check (``inputs.py``), so the
+schemas say exactly what is accepted: a tool that follows them (schemathesis in the
+tests) gets 2xx/429 answers, and one that breaks them gets a 4xx problem.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Any
+
+from ratekeeper.rule import MAX_KEY_LENGTH
+from ratekeeper.server.envoy import MAX_DESCRIPTORS
+from ratekeeper.server.inputs import MAX_BODY, MAX_CHECKS, MAX_COST
+
+__all__ = ["openapi_document"]
+
+_REF = "#/components/schemas/"
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": _REF + name}
+
+
+def _json(schema: dict[str, Any], description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = headers
+    return out
+
+
+def _problem(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/problem+json": {"schema": _ref("Problem")}}}
+
+
+_PROBLEMS = {
+    "400": _problem("The body is not acceptable (malformed JSON, a wrong field, an unknown rule)"),
+    "413": _problem(f"The body is larger than {MAX_BODY} bytes"),
+    "415": _problem("The body is not JSON (Content-Type must be application/json)"),
+}
+
+_LIMIT_HEADERS = {
+    "RateLimit-Policy": {"description": "draft-ietf-httpapi-ratelimit-headers-11", "schema": {"type": "string"}},
+    "RateLimit": {"description": "draft-ietf-httpapi-ratelimit-headers-11", "schema": {"type": "string"}},
+    "X-RateLimit-Limit": {"schema": {"type": "string"}},
+    "X-RateLimit-Remaining": {"schema": {"type": "string"}},
+    "X-RateLimit-Reset": {"description": "seconds", "schema": {"type": "string"}},
+}
+_RETRY = {"Retry-After": {"description": "whole seconds, rounded up", "schema": {"type": "string"}}}
+
+_STORE_DOWN = _problem("The store failed and the failure policy is 'raise'")
+
+_SCHEMAS: dict[str, Any] = {
+    "Check": {
+        "type": "object",
+        "properties": {
+            "rule": {"type": "string", "description": "the name of a rule of the rules file (GET /v1/rules)"},
+            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1},
+        },
+        "required": ["rule", "key"],
+        "additionalProperties": False,
+    },
+    "Checks": {
+        "type": "object",
+        "properties": {"checks": {"type": "array", "items": _ref("Check"), "minItems": 1, "maxItems": MAX_CHECKS}},
+        "required": ["checks"],
+        "additionalProperties": False,
+    },
+    "Refund": {
+        "type": "object",
+        "properties": {
+            "rule": {"type": "string"},
+            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1},
+            "lease_id": {"type": ["string", "null"], "description": "a concurrency rule's lease to release"},
+        },
+        "required": ["rule", "key"],
+        "additionalProperties": False,
+    },
+    "Reset": {
+        "type": "object",
+        "properties": {
+            "rule": {"type": "string"},
+            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
+        },
+        "required": ["rule", "key"],
+        "additionalProperties": False,
+    },
+    "LimitStats": {
+        "type": "object",
+        "properties": {
+            "limit": {"type": "string", "examples": ["5/3s"]},
+            "remaining": {"type": "integer"},
+            "reset_after": {"type": "number"},
+            "denied": {"type": "boolean"},
+        },
+        "required": ["limit", "remaining", "reset_after", "denied"],
+    },
+    "Decision": {
+        "type": "object",
+        "properties": {
+            "rule": {"type": "string"},
+            "allowed": {"type": "boolean"},
+            "remaining": {"type": "integer"},
+            "retry_after": {"type": ["number", "null"], "description": "seconds; null: never (cost > capacity)"},
+            "reset_after": {"type": "number"},
+            "delay": {"type": "number"},
+            "denied_by": {"type": ["string", "null"]},
+            "limits": {"type": "array", "items": _ref("LimitStats")},
+            "lease_id": {"type": "string"},
+            "fallback": {"type": "string", "enum": ["allow", "deny", "local"]},
+            "shadow": {"type": "boolean"},
+            "would_deny": {"type": "boolean"},
+        },
+        "required": ["rule", "allowed", "remaining", "retry_after", "reset_after", "limits"],
+    },
+    "BatchDecision": {
+        "type": "object",
+        "properties": {"allowed": {"type": "boolean"}, "decisions": {"type": "array", "items": _ref("Decision")}},
+        "required": ["allowed", "decisions"],
+    },
+    "Problem": {
+        "type": "object",
+        "description": "RFC 9457 problem details",
+        "properties": {
+            "type": {"type": "string"},
+            "title": {"type": "string"},
+            "status": {"type": "integer"},
+            "detail": {"type": "string"},
+            "accepted": {"type": "string", "description": "what the service accepts instead"},
+        },
+        "required": ["type", "title", "status", "detail"],
+    },
+    "Rules": {
+        "type": "object",
+        "properties": {
+            "sources": {"type": "array", "items": {"type": "string"}},
+            "rules": {"type": "array", "items": {"type": "object"}},
+            "envoy_domains": {"type": "array", "items": {"type": "string"}},
+        },
+        "required": ["sources", "rules", "envoy_domains"],
+    },
+    "EnvoyRequest": {
+        "type": "object",
+        "description": "envoy.service.ratelimit.v3.RateLimitRequest in the proto3 JSON mapping",
+        "properties": {
+            "domain": {"type": "string", "minLength": 1},
+            "descriptors": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_DESCRIPTORS,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "entries": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {
+                                "type": "object",
+                                "properties": {"key": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
+                                "required": ["key"],
+                                "additionalProperties": False,
+                            },
+                        },
+                        "hitsAddend": {"type": "integer", "minimum": 0, "maximum": MAX_COST},
+                    },
+                    "required": ["entries"],
+                    "additionalProperties": False,
+                },
+            },
+            "hitsAddend": {"type": "integer", "minimum": 0, "maximum": MAX_COST},
+        },
+        "required": ["domain", "descriptors"],
+        "additionalProperties": False,
+    },
+    "EnvoyResponse": {
+        "type": "object",
+        "description": "envoy.service.ratelimit.v3.RateLimitResponse in the proto3 JSON mapping",
+        "properties": {
+            "overallCode": {"type": "string", "enum": ["OK", "OVER_LIMIT"]},
+            "statuses": {"type": "array", "items": {"type": "object"}},
+            "responseHeadersToAdd": {"type": "array", "items": {"type": "object"}},
+        },
+        "required": ["overallCode", "statuses"],
+    },
+}
+
+
+def _post(summary: str, schema: dict[str, Any], responses: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+            "responses": {**responses, **_PROBLEMS, "503": _STORE_DOWN},
+        }
+    }
+
+
+def _get(summary: str, responses: dict[str, Any]) -> dict[str, Any]:
+    return {"get": {"summary": summary, "responses": responses}}
+
+
+def _version() -> str:
+    try:
+        return metadata.version("ratekeeper")
+    except metadata.PackageNotFoundError:  # running from a checkout that is not installed
+        return "0+unknown"
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document, a fresh dict each call."""
+    check_schema = {"oneOf": [_ref("Check"), _ref("Checks")]}
+    check_answer = {"oneOf": [_ref("Decision"), _ref("BatchDecision")]}
+    paths = {
+        "/v1/check": _post(
+            "Charge a cost to a key under a rule, or several at once (all or nothing)",
+            check_schema,
+            {
+                "200": _json(check_answer, "Admitted", _LIMIT_HEADERS),
+                "429": _json(check_answer, "Refused: nothing was charged", {**_LIMIT_HEADERS, **_RETRY}),
+            },
+        ),
+        "/v1/peek": _post(
+            "What /v1/check would answer, without charging", _ref("Check"), {"200": _json(_ref("Decision"), "State")}
+        ),
+        "/v1/refund": _post(
+            "Give back a cost charged earlier (or release a lease)",
+            _ref("Refund"),
+            {"200": _json({"type": "object"}, "Refunded")},
+        ),
+        "/v1/reset": _post(
+            "Forget everything charged to a key under a rule",
+            _ref("Reset"),
+            {"200": _json({"type": "object"}, "Reset")},
+        ),
+        "/v1/rules": _get("The rules in force", {"200": _json(_ref("Rules"), "The rules")}),
+        "/healthz": _get("The process answers", {"200": _json({"type": "object"}, "Alive")}),
+        "/readyz": _get(
+            "The store answers",
+            {"200": _json({"type": "object"}, "Ready"), "503": _problem("The store is not reachable")},
+        ),
+        "/metrics": _get(
+            "Prometheus metrics",
+            {"200": {"description": "The text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        ),
+        "/openapi.json": _get("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
+        "/json": _post(
+            "Envoy's rate-limit request (the gRPC service's JSON form)",
+            _ref("EnvoyRequest"),
+            {
+                "200": _json(_ref("EnvoyResponse"), "OK"),
+                "429": _json(_ref("EnvoyResponse"), "OVER_LIMIT: nothing was charged"),
+            },
+        ),
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "ratekeeper",
+            "version": _version(),
+            "description": "Rate-limit decisions over HTTP (ratekeeper serve). Envoy's gRPC service runs beside it.",
+        },
+        "paths": paths,
+        "components": {"schemas": _SCHEMAS},
+    }
