@@ -75,6 +75,7 @@ def test_a_value_less_key_gives_each_value_its_own_bucket(config: EnvoyConfig) -
     assert (a.key, b.key) == ("to_number_111", "to_number_222")
     limiter = Limiter("memory://", clock=FakeClock())
     assert [bool(limiter.try_acquire(a.rule, a.key)) for _ in range(3)] == [True, True, False]
+    assert b.rule is not None
     assert limiter.try_acquire(b.rule, b.key)  # the other value's bucket is untouched
     limiter.close()
 
