@@ -79,6 +79,7 @@ __all__ = [
     "main",
     "run",
     "run_web_bench",
+    "settings_from_args",
 ]
 
 DEFAULT_DURATION = 3
@@ -569,6 +570,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The ``Settings`` of arguments parsed by a parser given ``add_arguments``."""
     quick: bool = args.quick
     return Settings(
         duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
