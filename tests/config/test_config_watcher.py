@@ -135,3 +135,16 @@ def test_a_failing_hook_does_not_stop_the_reload(write: WriteFile, caplog: pytes
     with caplog.at_level(logging.ERROR, logger="ratekeeper"):
         assert watcher.reload() is True
     assert "on_reload hook failed" in caplog.text
+
+
+def test_a_file_replaced_by_a_rename_is_reloaded(write: WriteFile) -> None:
+    """Same size, same mtime, new inode: an atomic replacement is still seen."""
+    path = write(_rules("1/s"))
+    clock = Clock()
+    watcher = RulesWatcher(path, loader=load_rules, clock=clock)
+    st = path.stat()
+    replacement = write(_rules("2/s"), "next.yaml")
+    os.utime(replacement, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(replacement, path)
+    clock.now += 2
+    assert _limits(watcher) == ["2/second"]

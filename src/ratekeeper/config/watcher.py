@@ -2,7 +2,8 @@
 
 Readers call ``current`` on every request; it costs an attribute read, plus one
 ``os.stat`` at most once per ``interval`` of the injected clock. A changed file (its
-``mtime_ns`` or size) is loaded and swapped in by one attribute assignment, so a reader
+``mtime_ns``, size, or inode: a file replaced by a rename, as editors and Kubernetes
+ConfigMaps do) is loaded and swapped in by one attribute assignment, so a reader
 sees the old rules or the new ones, never a mix. A file that fails to load is refused:
 the old rules stay, every problem is logged to the ``ratekeeper`` logger, and the same
 broken file is not retried until it changes again.
@@ -27,7 +28,7 @@ __all__ = ["RulesWatcher"]
 log = logging.getLogger("ratekeeper")
 
 T = TypeVar("T")
-_Signature = tuple[int, int] | None
+_Signature = tuple[int, int, int] | None
 
 
 def _signature(path: str) -> _Signature:
@@ -35,7 +36,7 @@ def _signature(path: str) -> _Signature:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_mtime_ns, st.st_size)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 class RulesWatcher(Generic[T]):
