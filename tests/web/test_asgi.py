@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import threading
+import time
 from typing import Any
 
 import http_sf
@@ -345,3 +348,70 @@ def test_route_and_path_params_come_from_the_app_when_the_rule_has_no_path(rule_
     with serve(make_app([per_route])) as base:
         got = get_all(base, ["/items/a", "/items/a", "/items/b", "/nowhere"])
     assert [200, 429, 200, 404] == [r.status_code for r in got]
+
+
+def write_atomically(path: Any, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+RULES_FILE = """\
+rules:
+  - name: {name}
+    match: {{methods: [GET], path: "/items/{{user}}"}}
+    key: "{{path.user}}"
+    limits: ["{limit}"]
+"""
+
+
+def wait_for(condition: Any, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def test_reload_under_load_fails_no_request_and_a_bad_file_keeps_the_rules(tmp_path: Any, rule_name: str) -> None:
+    """The rules file changes while requests flow: none fails, the new limit applies once
+    loaded; a file that fails validation is refused and the last good rules stay."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(RULES_FILE.format(name=rule_name, limit="1/minute"))
+    metrics = Recorder()
+    stop = threading.Event()
+    seen: list[int | str] = []
+
+    def load(base: str) -> None:
+        with httpx.Client(base_url=base, timeout=10) as client:
+            i = 0
+            while not stop.is_set():
+                try:
+                    seen.append(client.get(f"/items/load{i % 5}").status_code)
+                except httpx.HTTPError as exc:
+                    seen.append(repr(exc))
+                i += 1
+
+    with serve(make_app(str(path), metrics=metrics, reload_interval=0.02)) as base:
+        before = get_all(base, ["/items/a", "/items/a"])
+        workers = [threading.Thread(target=load, args=(base,)) for _ in range(3)]
+        for w in workers:
+            w.start()
+        try:
+            wait_for(lambda: len(seen) > 30, "load before the change")
+            write_atomically(path, RULES_FILE.format(name=rule_name, limit="1000/minute"))
+            wait_for(lambda: metrics.reloads == [True], "the reload")
+            reloaded = get_all(base, ["/items/b"] * 3)
+            path.write_text(RULES_FILE.format(name=rule_name, limit="not a limit"))
+            wait_for(lambda: metrics.reloads == [True, False], "the refusal of the bad file")
+            kept = get_all(base, ["/items/c"] * 3)
+            count = len(seen)
+            wait_for(lambda: len(seen) > count + 30, "load after the refusal")
+        finally:
+            stop.set()
+            for w in workers:
+                w.join(10)
+    assert [200, 429] == [r.status_code for r in before]
+    assert [200, 200, 200] == [r.status_code for r in reloaded]
+    assert [200, 200, 200] == [r.status_code for r in kept]
+    assert set(seen) <= {200, 429}, [s for s in seen if s not in (200, 429)]
+    assert {1000} == {policy(r)[rule_name]["q"] for r in kept}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, MutableMapping
 from typing import Any
 
+from ratekeeper.config.model import HttpRule
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.web.core import DenyResponse, RateLimitCore, RequestView, Verdict
 
@@ -50,6 +51,7 @@ class RateLimitMiddleware:
         exempt_networks: Iterable[str] | str | None = None,
         exempt: Callable[[RequestView], bool] | None = None,
         user: Callable[[RequestView], str | None] | None = None,
+        key: Callable[[RequestView, HttpRule], str | None] | None = None,
         cost: Any = None,
         refund_statuses: Collection[int] = (),
         shadow: bool | Iterable[str] = False,
@@ -76,6 +78,7 @@ class RateLimitMiddleware:
             exempt_networks=exempt_networks,
             exempt=exempt,
             user=user,
+            key=key,
             cost=cost,
             refund_statuses=refund_statuses,
             shadow=shadow,

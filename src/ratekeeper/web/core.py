@@ -36,6 +36,8 @@ Options (the same names in every integration):
   ``exempt_networks`` (client addresses), ``exempt`` (``callable(view) -> bool``).
 - ``user``: ``callable(view) -> str | None``, the ``{user}`` part (default: what the
   integration found, e.g. ``REMOTE_USER`` or Starlette's ``scope["user"]``).
+- ``key``: ``callable(view, http_rule) -> str | None`` building every rule's key instead
+  of its template (None: the request lacks it, the rule is skipped).
 - ``cost``: an int for every rule, a key template (``"{header.x-cost}"``), a
   ``callable(view, http_rule) -> int | None`` (None: the rule's own cost), or a mapping of
   rule name to any of those (a callable there takes ``view`` only).
@@ -223,6 +225,7 @@ class RateLimitCore:
         exempt_networks: Iterable[str] | str | None = None,
         exempt: Callable[[RequestView], bool] | None = None,
         user: Callable[[RequestView], str | None] | None = None,
+        key: Callable[[RequestView, HttpRule], str | None] | None = None,
         cost: CostOption | Mapping[str, CostOption] | None = None,
         refund_statuses: Collection[int] = (),
         shadow: bool | Iterable[str] = False,
@@ -249,6 +252,7 @@ class RateLimitCore:
         self.exempt_networks = Networks(exempt_networks, what="exempt_networks")
         self.exempt = exempt
         self.user = user
+        self.key = key
         self.cost = _cost_option(cost)
         self.refund_statuses = frozenset(refund_statuses)
         self.shadow_all = shadow is True
@@ -376,7 +380,7 @@ class RateLimitCore:
             if params is None:
                 continue
             lookup.rule_params = params
-            key = rule.key.render(lookup)
+            key = rule.key.render(lookup) if self.key is None else self.key(view, rule)
             cost = None if key is None else self._cost(rule, view, lookup)
             if key is None or cost is None:
                 skipped.append(rule.name)
