@@ -13,10 +13,9 @@ from web_wsgi.appserver import AppServer
 from web_wsgi.checks import assert_denied, burst
 
 
+@pytest.mark.parametrize("server", ["django", "django-asgi"], indirect=True)
 def test_each_mode_decides_with_its_limiter(server: AppServer) -> None:
     """Under uvicorn (async chain) the middleware awaits an AsyncLimiter; under gunicorn it uses the Limiter."""
-    if not server.name.startswith("django"):
-        pytest.skip("Django only")
     expected = "AsyncLimiter" if server.name == "django-asgi" else "Limiter"
     assert httpx.get(f"{server.url}/mode").json() == {"limiters": [expected]}
 

@@ -15,6 +15,10 @@ import pytest
 from web_wsgi.appserver import AppServer
 from web_wsgi.checks import assert_denied, assert_limited_headers, burst
 
+# Tests of one framework's features run on its servers only (the session's instances are shared).
+django_only = pytest.mark.parametrize("server", ["django", "django-asgi"], indirect=True)
+flask_only = pytest.mark.parametrize("server", ["flask"], indirect=True)
+
 
 def fresh() -> str:
     return uuid.uuid4().hex[:12]
@@ -32,10 +36,9 @@ def test_partner_burst_admits_exactly_one(server: AppServer) -> None:
         assert_denied(r, "items", 1, 3)
 
 
+@django_only
 def test_async_view_partner_burst(server: AppServer) -> None:
     """The same on a Django async view (on the event loop under uvicorn)."""
-    if not server.name.startswith("django"):
-        pytest.skip("async views are Django's")
     user = fresh()
     responses = burst(f"{server.url}/aitems/{user}")
     assert sorted(r.status_code for r in responses) == [200] + [429] * 9
@@ -99,10 +102,9 @@ def test_a_streamed_body_passes_through(server: AppServer) -> None:
         assert httpx.get(f"{server.url}/closed").json()["closed"] == closed_before + 1
 
 
+@django_only
 def test_user_key_is_the_authenticated_user(server: AppServer) -> None:
     """``{user}`` is request.user's primary key when authenticated; anonymous requests skip the rule."""
-    if not server.name.startswith("django"):
-        pytest.skip("request.user is Django's")
     for view in ("me", "ame"):
         user = {"X-User": str(uuid.uuid4().int % 10**9)}
         assert httpx.get(f"{server.url}/{view}", headers=user).json() == {"user": int(user["X-User"])}
@@ -113,30 +115,27 @@ def test_user_key_is_the_authenticated_user(server: AppServer) -> None:
             assert "RateLimit" not in anonymous.headers
 
 
+@django_only
 def test_route_key_is_the_django_route(server: AppServer) -> None:
     """``{route}`` is the URL pattern: /r/a and /r/b share one bucket."""
-    if not server.name.startswith("django"):
-        pytest.skip("the route comes from Django's resolver")
     a = httpx.get(f"{server.url}/r/{fresh()}")
     b = httpx.get(f"{server.url}/r/{fresh()}")
     assert a.status_code == 200
     assert_denied(b, "route", 1, 60)
 
 
+@django_only
 def test_path_params_from_the_django_resolver(server: AppServer) -> None:
     """A rule whose path template has no parameter (``/kw/*``) reads ``{path.user}`` from the URL pattern."""
-    if not server.name.startswith("django"):
-        pytest.skip("the view's kwargs come from Django's resolver")
     a, b = fresh(), fresh()
     assert httpx.get(f"{server.url}/kw/{a}").status_code == 200
     assert_denied(httpx.get(f"{server.url}/kw/{a}"), "kw", 1, 60)
     assert httpx.get(f"{server.url}/kw/{b}").status_code == 200
 
 
+@flask_only
 def test_flask_has_no_route_so_a_route_keyed_rule_is_skipped(server: AppServer) -> None:
     """Plain WSGI knows no route before the app runs: ``{route}`` is missing and the rule is skipped."""
-    if server.name != "flask":
-        pytest.skip("the WSGI middleware")
     for _ in range(2):
         response = httpx.get(f"{server.url}/r/{fresh()}")
         assert response.status_code == 200
