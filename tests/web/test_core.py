@@ -1,0 +1,215 @@
+"""The request-to-decision core without a server: real limiters on the memory store
+(and a store that is down), requests described as ``RequestView``s."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from typing import Any
+
+import pytest
+
+from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.testing import FakeClock
+from ratekeeper.web.core import RateLimitCore, RequestView
+
+from .conftest import http_rule
+
+
+def core(rules: list[Any], **options: Any) -> RateLimitCore:
+    options.setdefault("limiter", Limiter("memory://", clock=FakeClock()))
+    return RateLimitCore(rules, asynchronous=False, **options)
+
+
+def get(path: str = "/items/a", **fields: Any) -> RequestView:
+    fields.setdefault("peer", "192.0.2.1")
+    return RequestView("GET", path, **fields)
+
+
+def statuses(c: RateLimitCore, views: list[RequestView]) -> list[int]:
+    return [v.status for v in (c.check_sync(view) for view in views)]
+
+
+def test_one_batch_for_every_enforced_rule_and_a_refusal_charges_none() -> None:
+    """Rule a admits 2, rule b admits 1: the 2nd request is refused by b, and a keeps the
+    unit that b's refusal did not burn."""
+    a = http_rule("a", "2/minute")
+    b = http_rule("b", "1/minute")
+    c = core([a, b])
+    first, second = c.check_sync(get()), c.check_sync(get())
+    assert (True, False) == (first.allowed, second.allowed)
+    assert [("a", True), ("b", False)] == [(d.rule, d.allowed) for d in second.decisions]
+    only_a = core([a], limiter=c.limiter)
+    assert [200, 429] == statuses(only_a, [get(), get()])  # a had 1 left, not 0
+
+
+def test_rules_match_by_method_path_and_host() -> None:
+    c = core([http_rule("post", "1/minute", methods=("POST",), path="/items/{user}")])
+    assert [200, 200] == statuses(c, [get(), get()])
+    post = RequestView("POST", "/items/a", peer="192.0.2.1")
+    assert [True, False] == [c.check_sync(post).allowed, c.check_sync(post).allowed]
+
+
+def test_each_key_part_is_read_from_the_request() -> None:
+    rule = http_rule("k", "1/minute", key="{method}|{host}|{query.page}|{user}|{route}|{header.x-org}|{client_ip}")
+    c = core([rule])
+    view = dict(
+        host="API.example:8443",
+        headers={"x-org": "o1"},
+        query_string="page=2&page=3",
+        user=lambda: "alice",
+        route="/items/{user}",
+    )
+    first = c.check_sync(get(**view))
+    assert first.allowed
+    assert [("k", "GET|api.example|2|alice|/items/{user}|o1|192.0.2.1")] == [
+        (ch.rule.name, ch.key) for ch in first.charges
+    ]
+    assert not c.check_sync(get(**view)).allowed
+
+
+def test_a_user_callable_option_wins_over_the_integrations_user() -> None:
+    c = core([http_rule("u", "1/minute", key="{user}")], user=lambda view: view.header("x-user"))
+    assert [200, 429, 200] == statuses(
+        c, [get(headers={"x-user": "a"}, user="x"), get(headers={"x-user": "a"}), get(headers={"x-user": "b"})]
+    )
+
+
+def test_unbuildable_keys_and_costs_skip_the_rule_only() -> None:
+    skips: list[str] = []
+
+    class Metrics:
+        def shadow_rules(self, names: Any) -> None: ...
+        def skipped(self, rule: str) -> None:
+            skips.append(rule)
+
+        def reloaded(self, ok: bool) -> None: ...
+
+    rules = [
+        http_rule("by_key", "1/minute", key="{header.x-key}"),
+        http_rule("by_cost", "1/minute", cost="{header.x-cost}"),
+        http_rule("always", "5/minute"),
+    ]
+    c = core(rules, metrics=Metrics())
+    verdict = c.check_sync(get(headers={"x-cost": "lots"}))
+    assert verdict.allowed
+    assert ("by_key", "by_cost") == verdict.skipped
+    assert ["by_key", "by_cost"] == skips
+    assert ["always"] == [d.rule for d in verdict.decisions]
+
+
+def test_cost_options() -> None:
+    rule = http_rule("c", "10/minute")
+    assert [200, 429] == statuses(core([rule], cost=6), [get(), get()])
+    assert [200, 200, 429] == statuses(core([rule], cost={"c": "{header.x-n}"}), [get(headers={"x-n": "5"})] * 3)
+    assert [200, 429] == statuses(core([rule], cost={"c": lambda view: 7}), [get(), get()])
+    fallback = core([rule], cost=lambda view, r: None)  # None: the rule's own cost (1)
+    assert [200] * 10 + [429] == statuses(fallback, [get()] * 11)
+    with pytest.raises(ConfigurationError, match="cost"):
+        core([rule], cost=-1)
+
+
+def test_exemptions() -> None:
+    rule = http_rule("e", "1/minute", key="{header.x-key}")
+    c = core(
+        [rule],
+        exempt_paths=["/health", "/static/*"],
+        exempt_methods=["options"],
+        exempt_keys=["admin"],
+        exempt_networks=["10.0.0.0/8"],
+        exempt=lambda view: view.query("free") == "1",
+    )
+    h = {"headers": {"x-key": "u"}}
+    exempt = [
+        get("/health", **h),
+        get("/static/app.js", **h),
+        RequestView("OPTIONS", "/x", headers={"x-key": "u"}, peer="192.0.2.1"),
+        get(headers={"x-key": "admin"}),
+        get(peer="10.1.2.3", **h),
+        get(query_string="free=1", **h),
+    ]
+    for view in exempt * 2:
+        verdict = c.check_sync(view)
+        assert verdict.allowed and verdict.exempt and not verdict.headers
+    assert [200, 429] == statuses(c, [get(**h), get(**h)])
+
+
+def test_shadow_rules_are_charged_apart_and_never_refuse() -> None:
+    c = core([http_rule("enforced", "3/minute"), http_rule("dry", "1/minute", shadow=True)])
+    verdicts = [c.check_sync(get()) for _ in range(4)]
+    assert [True, True, True, False] == [v.allowed for v in verdicts]
+    assert [True, False, False, False] == [v.shadow[0].allowed for v in verdicts]
+    assert all("dry" not in value for v in verdicts for _, value in v.headers)
+
+
+def test_refunds_by_status_and_leases_released_after_every_response() -> None:
+    c = core([http_rule("r", "1/minute")], refund_statuses={500, 503})
+    v = c.check_sync(get())
+    c.finish_sync(v, 503)
+    v = c.check_sync(get())
+    assert v.allowed
+    c.finish_sync(v, 200)
+    assert not c.check_sync(get()).allowed
+    leases = core([http_rule("in_flight", "1/minute", algorithm="concurrency")])
+    held = leases.check_sync(get())
+    assert held.charges[0].lease_id is not None
+    assert not leases.check_sync(get()).allowed
+    leases.finish_sync(held, 200)
+    assert leases.check_sync(get()).allowed
+
+
+def test_the_async_driver_decides_as_the_sync_one() -> None:
+    async def run() -> list[tuple[bool, bool]]:
+        c = RateLimitCore(
+            [http_rule("a", "2/minute"), http_rule("s", "1/minute", shadow=True)],
+            asynchronous=True,
+            limiter=AsyncLimiter("memory://", clock=FakeClock()),
+        )
+        out = []
+        for _ in range(3):
+            v = await c.check_async(get())
+            out.append((v.allowed, v.shadow[0].allowed))
+            await c.finish_async(v, 200)
+        await c.aclose()
+        return out
+
+    assert [(True, True), (True, False), (False, False)] == asyncio.run(run())
+
+
+def test_the_wrong_kind_of_limiter_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="AsyncLimiter"):
+        RateLimitCore([], asynchronous=True, limiter=Limiter("memory://"))
+    with pytest.raises(ConfigurationError, match="Limiter"):
+        RateLimitCore([], asynchronous=False, limiter=AsyncLimiter("memory://"))  # type: ignore[arg-type]
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port: int = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
+    """Fail open for reads, closed for login: the fallback is visible on the decision."""
+    limiter = Limiter(f"redis://127.0.0.1:{closed_port()}/0", on_error="allow", timeout=0.5)
+    reads = http_rule("reads", "100/minute", path="/items/{user}")
+    login = http_rule("login", "100/minute", path="/login", on_error="deny")
+    c = RateLimitCore([reads, login], asynchronous=False, limiter=limiter)
+    try:
+        read = c.check_sync(get())
+        denied = c.check_sync(get("/login"))
+    finally:
+        c.close_sync()
+    assert read.allowed and "allow" == read.decisions[0].fallback
+    assert not denied.allowed and "deny" == denied.decisions[0].fallback
+    assert 429 == denied.status
+    assert "login" == json.loads(denied.body)["rule"]
+
+
+def test_rules_given_as_bare_rules_apply_to_every_request_with_one_key() -> None:
+    c = core([Rule("global", "2/minute")])
+    assert [200, 200, 429] == statuses(c, [get("/a"), get("/b", peer="192.0.2.9"), get("/c")])
