@@ -449,6 +449,24 @@ def run_web_bench(
 # -- report -------------------------------------------------------------------------------
 
 
+_WHAT_RUNS = (
+    "Starlette ratekeeper: `Starlette(routes, middleware=[Middleware(RateLimitMiddleware, rules=[HttpRule(Rule(name, "
+    '[limit]), key=KeyTemplate.parse("{client_ip}"))], store=URL)])`; GCRA (the default algorithm); the '
+    "middleware's default headers (`RateLimit-Policy`, `RateLimit`, `X-RateLimit-*`) on every answer.",
+    'Starlette slowapi: the endpoint under `@limiter.limit("1000000 per 1 second")`, `Limiter(key_func='
+    'get_remote_address, storage_uri="memory://")`, its `_rate_limit_exceeded_handler` for 429; limits\' fixed '
+    "window; no headers (slowapi's default).",
+    "Flask ratekeeper: `app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, rules=..., store=URL)`, the same rule.",
+    'Flask flask-limiter: the endpoint under `@limiter.limit("1000000 per 1 second")`, `Limiter(get_remote_address, '
+    'app=app, storage_uri="memory://")`; limits\' fixed window; no headers (its default).',
+    "Django ratekeeper: `ratekeeper.web.django.RateLimitMiddleware` in `MIDDLEWARE`, `settings.RATEKEEPER = "
+    '{"rules": ..., "store": URL}` (the WSGI middleware around Django\'s app when that module is missing), the '
+    "same rule. Django otherwise bare: no other middleware, no apps.",
+    'Django django-ratelimit: the view under `@ratelimit(key="ip", rate="1000000/1s", block=True)` on the '
+    "local-memory cache, its `RatelimitMiddleware` answering 429 through `RATELIMIT_VIEW`; a fixed window.",
+)
+
+
 def _ms(us: float) -> str:
     return f"{us / 1000:.2f}"
 
@@ -517,6 +535,9 @@ def render_markdown(result: WebBenchResult) -> str:
         verdict = "not measured" if met is None else ("yes" if met else "**no**")
         op = "≥" if threshold < 1.0 else ">"
         out.append(f"| {what} | {shown} | {op} {threshold:.2f} | {verdict} |")
+    out.append("")
+    out += ["What each row runs:", ""]
+    out += [f"- {what}" for what in _WHAT_RUNS if what.split(" ")[0].lower() in s.stacks]
     out.append("")
     if result.skipped:
         out += ["Not measured:", ""]
