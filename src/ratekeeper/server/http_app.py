@@ -36,6 +36,7 @@ from ratekeeper.server.logs import log
 from ratekeeper.server.openapi import openapi_document
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
+from ratekeeper.server.store_api import decide_store_call
 from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
 
 __all__ = ["ROUTES", "HttpApp", "Request", "Response"]
@@ -141,12 +142,18 @@ async def metrics(app: HttpApp, request: Request) -> Response:
 
 
 async def openapi(app: HttpApp, request: Request) -> Response:
-    return json_response(200, app.openapi)
+    catalog = app.service.catalog
+    return json_response(200, openapi_document([r.name for r in catalog.rules], sorted(catalog.envoy)))
 
 
 async def envoy(app: HttpApp, request: Request) -> Response:
     status, doc = await envoy_json(app.service, request.body)
     return json_response(status, doc)
+
+
+async def store_call(app: HttpApp, request: Request) -> Response:
+    """The service as a store for other limiters (``store_api.py``)."""
+    return json_response(200, {"results": await decide_store_call(app.service.limiter.store, request.body)})
 
 
 ROUTES: dict[str, dict[str, Handler]] = {
@@ -160,6 +167,7 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/metrics": {"GET": metrics},
     "/openapi.json": {"GET": openapi},
     "/json": {"POST": envoy},
+    "/v1/store": {"POST": store_call},
 }
 """Path -> method -> handler. ``HEAD`` is answered for every ``GET`` route."""
 
@@ -172,7 +180,6 @@ class HttpApp:
 
     def __init__(self, service: Service) -> None:
         self.service = service
-        self.openapi = openapi_document()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

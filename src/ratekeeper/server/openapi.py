@@ -7,6 +7,8 @@ tests) gets 2xx/429 answers, and one that breaks them gets a 4xx problem.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
@@ -209,8 +211,16 @@ def _version() -> str:
         return "0+unknown"
 
 
-def openapi_document() -> dict[str, Any]:
-    """The whole document, a fresh dict each call."""
+def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> dict[str, Any]:
+    """The whole document, a fresh dict each call. ``rules`` (the names of the rules in
+    force) become the ``enum`` of every ``rule`` field; ``domains`` the examples of
+    Envoy's ``domain``."""
+    schemas = copy.deepcopy(_SCHEMAS)
+    if rules:
+        for name in ("Check", "Refund", "Reset"):
+            schemas[name]["properties"]["rule"]["enum"] = list(rules)
+    if domains:
+        schemas["EnvoyRequest"]["properties"]["domain"]["examples"] = list(domains)
     check_schema = {"oneOf": [_ref("Check"), _ref("Checks")]}
     check_answer = {"oneOf": [_ref("Decision"), _ref("BatchDecision")]}
     paths = {
@@ -263,5 +273,5 @@ def openapi_document() -> dict[str, Any]:
             "description": "Rate-limit decisions over HTTP (ratekeeper serve). Envoy's gRPC service runs beside it.",
         },
         "paths": paths,
-        "components": {"schemas": _SCHEMAS},
+        "components": {"schemas": schemas},
     }
