@@ -32,7 +32,7 @@ middleware could ask, so ``{route}`` is unknown here: a rule keyed by it is skip
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
@@ -40,7 +40,7 @@ from typing import Any
 from ratekeeper.errors import RateKeeperError
 from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
 
-__all__ = ["WSGIRateLimitMiddleware", "request_view"]
+__all__ = ["EnvironHeaders", "WSGIRateLimitMiddleware", "request_view"]
 
 Environ = dict[str, Any]
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
@@ -55,20 +55,51 @@ _CGI_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-lengt
 
 def _text(value: str) -> str:
     """A WSGI "native string" (bytes as latin-1) as the text the client sent (UTF-8)."""
+    if value.isascii():
+        return value
     try:
         return value.encode("latin-1").decode("utf-8")
     except (UnicodeEncodeError, UnicodeDecodeError):
         return value
 
 
+class EnvironHeaders(Mapping[str, str]):
+    """The request headers of a WSGI environ by lower-case name, read from it on demand
+    (a request's rules usually read one header or none: no dict is built)."""
+
+    __slots__ = ("_environ",)
+
+    def __init__(self, environ: Environ) -> None:
+        self._environ = environ
+
+    @staticmethod
+    def _variable(name: str) -> str:
+        key = name.upper().replace("-", "_")
+        return key if key in _CGI_HEADERS else f"HTTP_{key}"
+
+    def __getitem__(self, name: str) -> str:
+        value = self._environ.get(self._variable(name))
+        if not value:  # a CGI variable may be present and empty: the header was not sent
+            raise KeyError(name)
+        return str(value)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        value = self._environ.get(self._variable(name))
+        return str(value) if value else default
+
+    def __iter__(self) -> Iterator[str]:
+        for name, value in self._environ.items():
+            if name.startswith("HTTP_"):
+                yield name[5:].replace("_", "-").lower()
+            elif name in _CGI_HEADERS and value:
+                yield _CGI_HEADERS[name]
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 def request_view(environ: Environ) -> RequestView:
     """What the core sees of the request ``environ`` describes (see the module docstring)."""
-    headers: dict[str, str] = {}
-    for name, value in environ.items():
-        if name.startswith("HTTP_"):
-            headers[name[5:].replace("_", "-").lower()] = value
-        elif name in _CGI_HEADERS and value:
-            headers[_CGI_HEADERS[name]] = value
     host = environ.get("HTTP_HOST")
     if not host and environ.get("SERVER_NAME"):
         host = f"{environ['SERVER_NAME']}:{environ.get('SERVER_PORT', '')}".rstrip(":")
@@ -77,7 +108,7 @@ def request_view(environ: Environ) -> RequestView:
         method=environ.get("REQUEST_METHOD", "GET"),
         path=path,
         host=host,
-        headers=headers,
+        headers=EnvironHeaders(environ),
         query_string=_text(environ.get("QUERY_STRING", "")),
         peer=environ.get("REMOTE_ADDR") or None,
         user=environ.get("REMOTE_USER") or None,
