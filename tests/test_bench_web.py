@@ -62,6 +62,7 @@ def test_quick_run_measures_every_case_of_the_chosen_stacks(quick: tuple[web.Web
         assert w.rate > 0
         assert 0 < w.p50_us <= w.p99_us <= w.max_us
         assert r.median.server_cpu > 0
+        assert r.median.wrk_cpu > 0
 
 
 @pytest.mark.redis
@@ -85,7 +86,7 @@ def test_markdown_has_a_table_per_stack_with_numbers_and_the_targets(
     assert "### Starlette (uvicorn, 1 process, httptools, uvloop)" in text
     assert "### Django (gunicorn, 1 gthread worker, 1 thread)" in text
     assert "### Flask" not in text
-    number = r"[\d,]+ \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\d \| [\d.]+% \| \d+% \| [\d,]+ \|"
+    number = r"[\d,]+ \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\d \| [\d.]+% \| \d+% \| \d+% \| [\d,]+ \|"
     for label in ("bare", "ratekeeper memory", "ratekeeper redis", "slowapi", "django-ratelimit, denied"):
         assert re.search(rf"^\| {re.escape(label)} \| {number}$", text, re.MULTILINE), label
     assert re.search(r"^\| starlette: ratekeeper memory / bare requests/s \| \d+\.\d\d \| ≥ 0\.90 \| ", text, re.M)

@@ -46,6 +46,7 @@ import importlib.metadata
 import importlib.util
 import os
 import platform
+import resource
 import secrets
 import shutil
 import socket
@@ -172,10 +173,11 @@ class Settings:
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    """One wrk run against one case, and the server's CPU share meanwhile."""
+    """One wrk run against one case, and the CPU shares of the server and of wrk meanwhile."""
 
     wrk: WrkResult
     server_cpu: float
+    wrk_cpu: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +305,8 @@ def _versions() -> dict[str, str]:
 
 def _round(server: Server, wrk: str, settings: Settings, seconds: int, pinned: bool) -> Round:
     cpu_before = server.cpu_seconds()
+    # wrk is the only child that ends during the run, so the children's usage is wrk's.
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = run_wrk(
         wrk,
         server.url,
@@ -311,15 +315,18 @@ def _round(server: Server, wrk: str, settings: Settings, seconds: int, pinned: b
         connections=settings.connections,
         cpu=1 if pinned else None,
     )
-    share = (server.cpu_seconds() - cpu_before) / result.seconds if result.seconds > 0 else 0.0
-    return Round(result, share)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if result.seconds <= 0:
+        return Round(result, 0.0, 0.0)
+    wrk_seconds = children.ru_utime + children.ru_stime - children_before.ru_utime - children_before.ru_stime
+    return Round(result, (server.cpu_seconds() - cpu_before) / result.seconds, wrk_seconds / result.seconds)
 
 
 def _summary(r: Round) -> str:
     w = r.wrk
     text = (
         f"{report.format_rate(w.rate)} req/s, p50 {w.p50_us / 1000:.2f} ms, p99 {w.p99_us / 1000:.2f} ms, "
-        f"server CPU {r.server_cpu:.0%}"
+        f"server CPU {r.server_cpu:.0%}, wrk CPU {r.wrk_cpu:.0%}"
     )
     if w.non_2xx:
         text += f", non-2xx {report.format_fraction(w.non_2xx_fraction)}"
@@ -492,7 +499,7 @@ def render_markdown(result: WebBenchResult) -> str:
         "under gunicorn (1 gthread worker, 1 thread, keep-alive, no access log). One endpoint, `GET /bench` "
         "answering `ok`; every request from 127.0.0.1 (one key). *allowed*: a limit of 1,000,000/s; "
         "*denied*: 1/hour, spent before timing. *× bare*: requests/s over the same stack's bare app. "
-        "*server CPU*: the server's CPU time over the round's wall time.",
+        "*server CPU*, *wrk CPU*: each one's CPU time over the round's wall time.",
         "",
         f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
         f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
@@ -515,19 +522,20 @@ def render_markdown(result: WebBenchResult) -> str:
         out += [
             f"### {stack.capitalize()} ({FRAMEWORKS[stack].server})",
             "",
-            "| case | requests/s | × bare | p50 ms | p99 ms | non-2xx | server CPU | rounds, requests/s |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| case | requests/s | × bare | p50 ms | p99 ms | non-2xx | server CPU | wrk CPU | rounds, requests/s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in rows:
             ratio = result.ratio_to_bare(r)
             w = r.median.wrk
             errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
+            rates = ", ".join(report.format_rate(x.wrk.rate) for x in r.rounds)
             out.append(
                 f"| {r.case.label} | {report.format_rate(w.rate)} | {'n/a' if ratio is None else f'{ratio:.2f}'} | "
                 f"{_ms(w.p50_us)} | {_ms(w.p99_us)} | {report.format_fraction(w.non_2xx_fraction)}{errors} | "
-                f"{r.median.server_cpu:.0%} | {', '.join(report.format_rate(x.wrk.rate) for x in r.rounds)} |"
+                f"{r.median.server_cpu:.0%} | {r.median.wrk_cpu:.0%} | {rates} |"
             )
-        out += [f"| {f.case.label} | failed | | | | | | {f.error} |" for f in failed]
+        out += [f"| {f.case.label} | failed | | | | | | | {f.error} |" for f in failed]
         out.append("")
     out += ["### Targets", "", "| target | measured | threshold | met |", "| --- | ---: | ---: | --- |"]
     for what, measured, threshold, met in result.targets():
