@@ -11,7 +11,11 @@ import httpx
 __all__ = ["OPTIONS", "assert_denied", "assert_limited_headers", "burst", "common_rules"]
 
 
-OPTIONS: dict[str, Any] = {"exempt_paths": ["/exempt/*"], "refund_statuses": list(range(500, 600))}
+OPTIONS: dict[str, Any] = {
+    "exempt_paths": ["/exempt/*"],
+    "refund_statuses": list(range(500, 600)),
+    "trusted_proxies": ["127.0.0.1"],
+}
 """Middleware options every test server gets."""
 
 KEY = "{path.user}"
@@ -34,6 +38,7 @@ def common_rules(suffix: str = "") -> list[dict[str, Any]]:
         {"name": f"me{suffix}", "path": "/me", "key": "{user}", "limits": ["1/minute"]},
         {"name": f"ame{suffix}", "path": "/ame", "key": "{user}", "limits": ["1/minute"]},
         {"name": f"route{suffix}", "path": "/r/{x}", "key": "{route}", "limits": ["1/minute"]},
+        {"name": f"ip{suffix}", "path": "/ip", "key": "{client_ip}", "limits": ["1/minute"]},
         {"name": f"kw{suffix}", "path": "/kw/*", "key": "{path.user}", "limits": ["1/minute"]},
     ]
 

@@ -14,6 +14,7 @@ urlpatterns = [
     path("boom", views.boom),
     path("exempt/<path:rest>", views.exempt),
     path("header", views.header),
+    path("ip", views.ip),
     path("me", views.me),
     path("ame", views.ame),
     path("stream/<int:n>", views.stream),

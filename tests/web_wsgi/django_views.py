@@ -68,6 +68,10 @@ def exempt(request: HttpRequest, rest: str) -> HttpResponse:
     return JsonResponse({"rest": rest})
 
 
+def ip(request: HttpRequest) -> HttpResponse:
+    return JsonResponse({"peer": request.META.get("REMOTE_ADDR")})
+
+
 def header(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"key": request.headers.get("X-Api-Key")})
 

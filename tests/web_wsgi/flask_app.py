@@ -77,6 +77,11 @@ def route(x: str) -> Any:
     return jsonify(x=x)
 
 
+@app.get("/ip")
+def ip() -> Any:
+    return jsonify(peer=request.remote_addr)
+
+
 @app.get("/header")
 def header() -> Any:
     return jsonify(key=request.headers.get("X-Api-Key"))

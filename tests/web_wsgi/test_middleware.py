@@ -7,6 +7,7 @@ state from one test to another.
 
 from __future__ import annotations
 
+import random
 import uuid
 
 import httpx
@@ -80,6 +81,14 @@ def test_a_request_without_the_key_header_is_not_limited(server: AppServer) -> N
     key = {"X-Api-Key": fresh()}
     assert httpx.get(f"{server.url}/header", headers=key).status_code == 200
     assert_denied(httpx.get(f"{server.url}/header", headers=key), "header", 1, 60)
+
+
+def test_client_ip_behind_a_trusted_proxy(server: AppServer) -> None:
+    """``{client_ip}``: the peer (127.0.0.1) is a trusted proxy, so X-Forwarded-For names the client."""
+    first, second = (f"198.51.100.{n}" for n in random.sample(range(1, 255), 2))
+    assert httpx.get(f"{server.url}/ip", headers={"X-Forwarded-For": first}).status_code == 200
+    assert_denied(httpx.get(f"{server.url}/ip", headers={"X-Forwarded-For": f"203.0.113.9, {first}"}), "ip", 1, 60)
+    assert httpx.get(f"{server.url}/ip", headers={"X-Forwarded-For": second}).status_code == 200
 
 
 def test_exempt_paths_are_never_limited(server: AppServer) -> None:
