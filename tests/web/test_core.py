@@ -203,7 +203,7 @@ def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
         read = c.check_sync(get())
         denied = c.check_sync(get("/login"))
     finally:
-        c.close_sync()
+        limiter.close()
     assert read.allowed and "allow" == read.decisions[0].fallback
     assert not denied.allowed and "deny" == denied.decisions[0].fallback
     assert 429 == denied.status

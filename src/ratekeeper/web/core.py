@@ -237,6 +237,7 @@ class RateLimitCore:
     ) -> None:
         self.asynchronous = asynchronous
         self.metrics = metrics
+        self.owns_limiter = limiter is None  # close only a limiter made here
         if limiter is None:
             kind = AsyncLimiter if asynchronous else Limiter
             limiter = kind(store, on_error=on_error, observer=metrics)
@@ -349,13 +350,15 @@ class RateLimitCore:
             await limiter.refund(c.rule, c.key, c.cost, lease_id=c.lease_id)
 
     def close_sync(self) -> None:
+        """Close the store of a limiter made from ``store=`` (one given as ``limiter=`` is the caller's)."""
         limiter = self.limiter
-        if isinstance(limiter, Limiter):
+        if self.owns_limiter and isinstance(limiter, Limiter):
             limiter.close()
 
     async def aclose(self) -> None:
+        """Close the store of a limiter made from ``store=`` (one given as ``limiter=`` is the caller's)."""
         limiter = self.limiter
-        if isinstance(limiter, AsyncLimiter):
+        if self.owns_limiter and isinstance(limiter, AsyncLimiter):
             await limiter.aclose()
 
     # -- the pure parts ---------------------------------------------------------------
