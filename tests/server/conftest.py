@@ -65,8 +65,10 @@ def start_server(
     store: str | None = None,
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
+    ports_from_env: bool = False,
 ) -> Served:
-    """Write ``rules`` (YAML texts) to files and start the service on them."""
+    """Write ``rules`` (YAML texts) to files and start the service on them (the ports as
+    options, or as RATEKEEPER_HTTP_PORT / _GRPC_PORT when ``ports_from_env``)."""
     run_dir = tmp_path / f"serve-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
     paths = []
@@ -75,7 +77,11 @@ def start_server(
         path.write_text(text)
         paths.append(path)
     http_port, grpc_port = free_port(), free_port()
-    cmd = [sys.executable, "-m", "ratekeeper", "serve", "--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+    cmd = [sys.executable, "-m", "ratekeeper", "serve"]
+    if ports_from_env:
+        env = {**(env or {}), "RATEKEEPER_HTTP_PORT": str(http_port), "RATEKEEPER_GRPC_PORT": str(grpc_port)}
+    else:
+        cmd += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
     for path in paths:
         cmd += ["--rules", str(path)]
     if store:
