@@ -127,6 +127,9 @@ class Recorder:
     def reloaded(self, ok: bool) -> None:
         self.reloads.append(ok)
 
+    def request(self, transport: str) -> None:
+        pass
+
 
 def get_all(base: str, paths: list[str], headers_each: list[dict[str, str]] | None = None) -> list[httpx.Response]:
     """Sequential requests, in order."""
@@ -415,3 +418,28 @@ def test_reload_under_load_fails_no_request_and_a_bad_file_keeps_the_rules(tmp_p
     assert [200, 200, 200] == [r.status_code for r in kept]
     assert set(seen) <= {200, 429}, [s for s in seen if s not in (200, 429)]
     assert {1000} == {policy(r)[rule_name]["q"] for r in kept}
+
+
+def test_the_middleware_exports_the_metrics_of_its_decisions(rule_name: str) -> None:
+    """With a real ``Metrics``: decisions per rule by outcome, shadow refusals, skipped rules, requests."""
+    from ratekeeper.metrics import Metrics
+
+    metrics = Metrics()
+    rules = [
+        http_rule(rule_name, "1/minute"),
+        http_rule(rule_name + ".dry", "1/minute", shadow=True),
+        http_rule(rule_name + ".key", "1/minute", key="{header.x-key}"),
+    ]
+    with serve(make_app(rules, metrics=metrics)) as base:
+        got = get_all(base, ["/items/a"] * 3)
+    assert [200, 429, 429] == [r.status_code for r in got]
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.value(name, **labels)
+
+    assert 1 == value("ratekeeper_decisions_total", rule=rule_name, outcome="near")  # 1 of 1 used
+    assert 2 == value("ratekeeper_decisions_total", rule=rule_name, outcome="over")
+    assert 1 == value("ratekeeper_decisions_total", rule=rule_name + ".dry", outcome="near")
+    assert 2 == value("ratekeeper_decisions_total", rule=rule_name + ".dry", outcome="shadow_over")
+    assert 3 == value("ratekeeper_skipped_total", rule=rule_name + ".key")
+    assert 3 == value("ratekeeper_requests_total", transport="asgi")

@@ -97,6 +97,8 @@ class RateLimitMiddleware:
         if kind != "http":
             await self.app(scope, receive, send)
             return
+        if self.core.metrics is not None:
+            self.core.metrics.request("asgi")
         verdict = await self.core.check_async(request_view(scope))
         if not verdict.allowed:
             await send_verdict(send, verdict)

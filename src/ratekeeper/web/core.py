@@ -48,7 +48,8 @@ Options (the same names in every integration):
 - ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
   the 429 (the rate-limit headers are still added unless switched off).
 - ``metrics``: a ``ratekeeper.metrics.Metrics`` (the limiter's observer; told skipped
-  rules, shadow rules and reloads).
+  rules, shadow rules and reloads here, and each request by the integration:
+  ``metrics.request("asgi")``).
 
 How one request is decided: the rules whose ``match`` fits, in order; each renders its key
 (a rule whose key or cost cannot be built from the request is skipped and counted, never
@@ -107,6 +108,7 @@ class WebMetrics(Protocol):
     def shadow_rules(self, names: Iterable[str]) -> None: ...
     def skipped(self, rule: str) -> None: ...
     def reloaded(self, ok: bool) -> None: ...
+    def request(self, transport: str) -> None: ...
 
 
 @dataclass(slots=True)

@@ -111,6 +111,8 @@ class RateLimit:
         self.core = RateLimitCore(_http_rules(rules, key), store=store, limiter=limiter, asynchronous=True, **options)
 
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[Verdict]:
+        if self.core.metrics is not None:
+            self.core.metrics.request("fastapi")
         verdict = await self.core.check_async(self.view(request))
         if not verdict.allowed:
             _register_handler(request)
