@@ -7,10 +7,13 @@ decide, and across every burst exactly one request per key is admitted.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psycopg
 import pytest
 
@@ -18,6 +21,8 @@ from web_wsgi.appserver import AppServer
 from web_wsgi.checks import OPTIONS, assert_denied, burst, common_rules
 
 BURSTS = 6
+LOAD_SECONDS = 3.5
+"""Just over one 3 s window: a second admission is due during the load."""
 
 
 def partner_bursts(server: AppServer, suffix: str) -> None:
@@ -33,6 +38,29 @@ def partner_bursts(server: AppServer, suffix: str) -> None:
     assert len(workers) == 2, workers
 
 
+async def _hammer(url: str, seconds: float, concurrency: int = 8) -> tuple[int, int, float]:
+    """Requests to ``url`` from ``concurrency`` clients for ``seconds``: (admitted, denied, elapsed)."""
+    counts = {200: 0, 429: 0}
+    start = time.monotonic()
+    deadline = start + seconds
+
+    async def client() -> None:
+        async with httpx.AsyncClient(timeout=20.0) as http:
+            while time.monotonic() < deadline:
+                status = (await http.get(url)).status_code
+                counts[status] += 1  # any other status: KeyError, the test fails
+
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return counts[200], counts[429], time.monotonic() - start
+
+
+def sustained_load(server: AppServer) -> None:
+    """One key under load for a few seconds: admitted never exceeds 1 + elapsed // 3 (GCRA 1/3s)."""
+    admitted, denied, elapsed = asyncio.run(_hammer(f"{server.url}/items/{uuid.uuid4().hex[:12]}", LOAD_SECONDS))
+    assert 1 <= admitted <= 1 + int(elapsed // 3), (admitted, denied, elapsed)
+    assert denied > 10 * admitted
+
+
 def flask_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
     config = {"store": store, "rules": common_rules(suffix), "options": OPTIONS}
     return AppServer("web_wsgi.flask_app:app", config, tmp_path, workers=2, name="flask-2w")
@@ -43,12 +71,13 @@ def test_two_workers_on_redis(tmp_path: Path) -> None:
     suffix = f".{uuid.uuid4().hex[:8]}"
     with flask_on("redis://127.0.0.1:6379/0", suffix, tmp_path) as server:
         partner_bursts(server, suffix)
+        sustained_load(server)
 
 
 @pytest.fixture
 def pg_schema() -> Iterator[str]:
     """A schema of its own for this test, dropped afterwards."""
-    schema = f"rk_web_{uuid.uuid4().hex[:10]}"
+    schema = f"rk_wsgi_{uuid.uuid4().hex[:10]}"
     yield schema
     with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -59,3 +88,4 @@ def test_two_workers_on_postgres(tmp_path: Path, pg_schema: str) -> None:
     suffix = f".{uuid.uuid4().hex[:8]}"
     with flask_on(f"postgresql://127.0.0.1:5432/test?schema={pg_schema}", suffix, tmp_path) as server:
         partner_bursts(server, suffix)
+        sustained_load(server)
