@@ -7,6 +7,9 @@ breaking it):
 - ``redis_cluster`` / ``redis_cluster_url``: a private 3-master Redis Cluster.
 - ``sentinel_set`` / ``sentinel_url``: a private master + replica + 3 sentinels (``mymaster``).
 - ``postgres_server`` / ``postgres_url``: a private PostgreSQL 15.
+- ``service_url``: a private ``ratekeeper serve`` that accepts an explicit ``now`` (the
+  conformance traces), over the shared Redis under a prefix of its own (so its clock is
+  one the tests can read: Redis ``TIME``): the service as a store.
 
 One per test, for tests that stop, kill, pause or restart their server:
 
@@ -26,7 +29,7 @@ from typing import TypeVar
 
 import pytest
 
-from servers import PostgresServer, RedisCluster, RedisServer, SentinelSet, ServerUnavailable
+from servers import PostgresServer, RatekeeperService, RedisCluster, RedisServer, SentinelSet, ServerUnavailable
 
 T = TypeVar("T")
 
@@ -39,6 +42,7 @@ REDIS_FIXTURES = frozenset(
         "sentinel_set",
         "sentinel_url",
         "fresh_sentinel_set",
+        "service_url",
     }
 )
 POSTGRES_FIXTURES = frozenset({"postgres_server", "postgres_url", "fresh_postgres_server"})
@@ -129,3 +133,18 @@ def fresh_postgres_server() -> Iterator[PostgresServer]:
     """A private PostgreSQL for this test alone (under a second from the session's initdb copy)."""
     with start_or_skip(PostgresServer) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def service_url() -> Iterator[str]:
+    import uuid
+
+    from conformance.harness import REDIS_URL, delete_redis_keys
+
+    prefix = f"rk-service-{uuid.uuid4().hex[:12]}:"
+    service = RatekeeperService(f"{REDIS_URL}?prefix={prefix}", env={"RATEKEEPER_EXPLICIT_NOW": "1"})
+    try:
+        yield service.url
+    finally:
+        service.close()
+        delete_redis_keys(prefix)

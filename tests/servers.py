@@ -25,6 +25,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -866,3 +867,51 @@ class PostgresServer(_Closable):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RatekeeperService(_Closable):
+    """A private ``ratekeeper serve`` (this checkout's) on spare loopback ports; ``start()``
+    returns once ``/healthz`` answers. ``env`` is added to the process's environment."""
+
+    def __init__(self, store: str = "memory://", args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
+        self.http_port, self.grpc_port = free_port(), free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="rk-serve-"))
+        self.log = self.dir / "serve.log"
+        src = Path(__file__).resolve().parent.parent / "src"
+        self._cmd = [
+            sys.executable, "-m", "ratekeeper", "serve", "--store", store,
+            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port), *args,
+        ]  # fmt: skip
+        self._env = {**os.environ, "PYTHONPATH": str(src), **(env or {})}
+        self._proc: subprocess.Popen[bytes] | None = None
+        _register(self)
+        self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    def start(self) -> None:
+        import httpx
+
+        with self.log.open("ab") as log:
+            self._proc = subprocess.Popen(self._cmd, stdout=log, stderr=log, env=self._env, cwd=self.dir)
+        proc = self._proc
+        wait_until(
+            lambda: proc.poll() is not None or httpx.get(f"{self.url}/healthz", timeout=1.0).status_code == 200,
+            timeout=30,
+            what="ratekeeper serve",
+        )
+        if proc.poll() is not None:
+            raise ServerError(f"ratekeeper serve exited with {proc.returncode}: {self.log.read_text()[-2000:]}")
+
+    def close(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -64,6 +64,12 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         "What the blocking PostgreSQL store runs and how: connections, statements, the schema, errors.",
         {"AsyncPostgresCalls": "PostgresCalls"},
     ),
+    (
+        PACKAGE / "stores" / "service" / "calls_async.py",
+        PACKAGE / "stores" / "service" / "calls.py",
+        "What the blocking service store sends and how: one ``POST /v1/store`` per call, errors.",
+        {"AsyncServiceCalls": "ServiceCalls", "AsyncClient": "Client"},
+    ),
 ]
 
 _JOINERS = {",", "|"}

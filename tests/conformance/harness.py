@@ -32,6 +32,8 @@ STORES = [
     pytest.param("redis-sentinel-async", id="redis-sentinel-async", marks=pytest.mark.redis),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     pytest.param("postgres-async", id="postgres-async", marks=pytest.mark.postgres),
+    pytest.param("service", id="service", marks=pytest.mark.redis),
+    pytest.param("service-async", id="service-async", marks=pytest.mark.redis),
 ]
 
 
@@ -46,6 +48,9 @@ class StoreHarness:
         self._cleanup = cleanup
         self.sessions = 0
         self.reopen: Callable[[], Any] | None = None
+        self.namespace = ""
+        """Put before every session's name where the store is shared beyond this harness
+        (the service's store serves every harness of the test run)."""
 
     def call(self, method: str, *args: Any) -> Any:
         result = getattr(self.store, method)(*args)
@@ -61,7 +66,7 @@ class StoreHarness:
         self.sessions += 1
         if self.reopen is not None:
             self.store = self.reopen()
-        return f"s{self.sessions}"
+        return f"{self.namespace}s{self.sessions}"
 
     def close(self) -> None:
         try:
@@ -108,6 +113,8 @@ def _open_harness(name: str, fixture: Callable[[str], str]) -> StoreHarness:
         from ratekeeper.stores.url import open_store
 
         harness = StoreHarness(name, open_store(url, **options), None, cleanup)
+        if base == "service":
+            harness.namespace = f"{uuid.uuid4().hex[:8]}."
         if base == "memory":
             harness.reopen = lambda: open_store(url, **options)
         return harness
@@ -125,6 +132,8 @@ def _open_harness(name: str, fixture: Callable[[str], str]) -> StoreHarness:
         cleanup()
         raise
     harness = StoreHarness(name, store, runner, cleanup)
+    if base == "service":
+        harness.namespace = f"{uuid.uuid4().hex[:8]}."
     if base == "memory":
         harness.reopen = lambda: open_async_store(url, **options)  # no I/O: needs no running loop
     return harness
@@ -151,6 +160,10 @@ def _open(base: str, fixture: Callable[[str], str]) -> tuple[str, dict[str, Any]
     if base == "postgres":
         schema = f"rk_conformance_{unique}"
         return POSTGRES_URL, {"schema": schema}, lambda: drop_schema(schema)
+    if base == "service":
+        # A private service over Redis (server_fixtures.service_url); each harness's rules
+        # and keys are its own (StoreHarness.namespace).
+        return fixture("service_url"), {"timeout": 10}, _nothing
     raise ValueError(f"unknown store {base!r}")
 
 

@@ -10,13 +10,14 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.stores.base import AsyncStore, InProcessAsync, InProcessStore, Store
 from ratekeeper.stores.postgres.sansio import POSTGRES_SCHEMES
 from ratekeeper.stores.redis.url import REDIS_SCHEMES
+from ratekeeper.stores.service.sansio import SERVICE_SCHEMES
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
 
 __all__ = ["SCHEMES", "in_process_decide", "open_async_store", "open_store"]
 
-SCHEMES = ("memory", *REDIS_SCHEMES, *POSTGRES_SCHEMES)
+SCHEMES = ("memory", *REDIS_SCHEMES, *POSTGRES_SCHEMES, *SERVICE_SCHEMES)
 _PLANNED: tuple[str, ...] = ()
 
 
@@ -61,6 +62,10 @@ def open_store(url: str | Store, **options: Any) -> Store:
         from ratekeeper.stores.postgres.store import PostgresStore
 
         return PostgresStore(url, **options)
+    if scheme in SERVICE_SCHEMES:
+        from ratekeeper.stores.service.store import ServiceStore
+
+        return ServiceStore(url, **options)
     if scheme in _PLANNED:
         raise ConfigurationError(f"the {scheme}:// store is not part of this version yet; use memory://")
     raise ConfigurationError(
@@ -78,6 +83,10 @@ def open_async_store(url: str | Store | AsyncStore, **options: Any) -> AsyncStor
         from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 
         return AsyncPostgresStore(url, **options)
+    if isinstance(url, str) and urlsplit(url).scheme.lower() in SERVICE_SCHEMES:
+        from ratekeeper.stores.service.store_async import AsyncServiceStore
+
+        return AsyncServiceStore(url, **options)
     opened: Any = url if hasattr(url, "aclose") and not options else open_store(url, **options)  # type: ignore[arg-type]
     return opened if hasattr(opened, "aclose") else InProcessAsync(opened)
 
