@@ -103,7 +103,8 @@ class RateLimitMiddleware:
         if not verdict.allowed:
             await send_verdict(send, verdict)
             return
-        if not verdict.headers and not verdict.charges:
+        finish = self.core.needs_finish(verdict)
+        if not verdict.headers and not finish:
             await self.app(scope, receive, send)
             return
         extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
@@ -120,7 +121,7 @@ class RateLimitMiddleware:
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            if verdict.charges:
+            if finish:
                 await self.core.finish_async(verdict, status)
 
     def _lifespan_send(self, send: Send) -> Send:

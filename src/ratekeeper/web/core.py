@@ -415,10 +415,11 @@ class RateLimitCore:
         return _as_cost(chosen)
 
     def _verdict(self, prepared: _Prepared, batch: BatchDecision, shadow_answers: Sequence[BatchDecision]) -> Verdict:
-        decisions = tuple(batch)
-        shadow = tuple(a[0] for a in shadow_answers)
+        decisions = batch.decisions
+        allowed = all(d.allowed for d in decisions)
+        shadow = tuple(a.decisions[0] for a in shadow_answers)
         charges: list[Charge] = []
-        if batch.allowed:
+        if allowed:
             charges += [
                 Charge(r.rule, key, cost, d.lease_id)
                 for (r, key, cost), d in zip(prepared.enforced, decisions, strict=True)
@@ -433,25 +434,26 @@ class RateLimitCore:
             headers += ratelimit_fields(decisions)
         if self.x_ratelimit_headers:
             headers += x_ratelimit_fields(decisions)
-        common = {
-            "decisions": decisions,
-            "shadow": shadow,
-            "charges": tuple(charges),
-            "skipped": prepared.skipped,
-        }
-        if batch.allowed:
-            return Verdict(True, tuple(headers), **common)  # type: ignore[arg-type]
-        denied = batch.denied
-        retry = retry_after_seconds(denied)
+        if allowed:
+            return Verdict(True, tuple(headers), 200, b"", decisions, shadow, tuple(charges), prepared.skipped)
+        denied = tuple(d for d in decisions if not d.allowed)
         if self.deny_response is not None:
             status, extra, body = self.deny_response(denied)
             headers += list(extra)
             data = body.encode() if isinstance(body, str) else body
-            return Verdict(False, tuple(headers), status, data, **common)  # type: ignore[arg-type]
-        headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
-        if retry is not None:
-            headers.append(("Retry-After", str(retry)))
-        return Verdict(False, tuple(headers), 429, problem_body(denied, retry), **common)  # type: ignore[arg-type]
+        else:
+            retry = retry_after_seconds(denied)
+            headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
+            if retry is not None:
+                headers.append(("Retry-After", str(retry)))
+            status, data = 429, problem_body(denied, retry)
+        return Verdict(False, tuple(headers), status, data, decisions, shadow, tuple(charges), prepared.skipped)
+
+    def needs_finish(self, verdict: Verdict) -> bool:
+        """Whether ``finish_*`` has anything to do for ``verdict`` (refunds configured, or leases held)."""
+        if not verdict.charges:
+            return False
+        return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
 
 
 async def _many(limiter: AsyncLimiter, batch: tuple[Item, ...]) -> BatchDecision:

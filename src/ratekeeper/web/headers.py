@@ -22,6 +22,7 @@ never be admitted (it exceeds a limit's capacity).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -69,6 +70,21 @@ def _limit_t(decision: Decision, i: int) -> int:
     return whole_seconds(decision.reset_us[i])
 
 
+@lru_cache(maxsize=1024)
+def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[str, ...], str]:
+    """(the sf-String of each limit's policy name, the rule's ``RateLimit-Policy`` members).
+
+    Cached: both depend only on the rule's name and limits (bounded by the configuration,
+    and by ``maxsize`` for per-key quotas), and building them is most of a header's cost.
+    """
+    items = tuple(sf_string(name) for name in policy_names(rule, limits))
+    members = ", ".join(
+        f"{item};q={limit.count};w={max(1, whole_seconds(limit.period_us))}"
+        for item, limit in zip(items, limits, strict=True)
+    )
+    return items, members
+
+
 def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
     """``RateLimit-Policy`` and ``RateLimit`` for the enforced decisions of one request."""
     policy: list[str] = []
@@ -77,11 +93,11 @@ def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
         limits = d.rule_limits
         if not limits:
             continue  # a key that no limit applies to: nothing to advertise
-        for i, name in enumerate(policy_names(d.rule, limits)):
-            item = sf_string(name)
-            w = max(1, whole_seconds(limits[i].period_us))
-            policy.append(f"{item};q={limits[i].count};w={w}")
-            state.append(f"{item};r={max(0, d.remaining_each[i])};t={_limit_t(d, i)}")
+        items, members = _policy(d.rule, limits)
+        policy.append(members)
+        remaining = d.remaining_each
+        for i, item in enumerate(items):
+            state.append(f"{item};r={max(0, remaining[i])};t={_limit_t(d, i)}")
     if not policy:
         return []
     return [("RateLimit-Policy", ", ".join(policy)), ("RateLimit", ", ".join(state))]
