@@ -443,3 +443,18 @@ def test_the_middleware_exports_the_metrics_of_its_decisions(rule_name: str) -> 
     assert 2 == value("ratekeeper_decisions_total", rule=rule_name + ".dry", outcome="shadow_over")
     assert 3 == value("ratekeeper_skipped_total", rule=rule_name + ".key")
     assert 3 == value("ratekeeper_requests_total", transport="asgi")
+
+
+def test_an_app_that_raises_counts_as_a_500_for_refunds(rule_name: str) -> None:
+    async def boom(request: Request) -> Response:
+        raise RuntimeError("bug")
+
+    app = Starlette(routes=[Route("/boom", boom), Route("/items/{user}", item)])
+    app.add_middleware(RateLimitMiddleware, rules=[http_rule(rule_name, "1/minute")], refund_statuses={500})
+    with serve(app) as base:
+        crashed = [
+            httpx.get(f"{base}/boom", timeout=10) for _ in range(2)
+        ]  # uvicorn drops the connection after a crash
+        after = get_all(base, ["/items/a", "/items/a"])
+    assert [500, 500] == [r.status_code for r in crashed]  # refunded: never a 429
+    assert [200, 429] == [r.status_code for r in after]
