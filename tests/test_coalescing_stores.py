@@ -24,7 +24,7 @@ import psycopg
 import pytest
 
 from conformance.harness import POSTGRES_URL, REDIS_URL, delete_redis_keys, drop_schema
-from ratekeeper import Rule
+from ratekeeper import Decision, Rule
 from ratekeeper.errors import StoreError, StoreTimeout
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
@@ -499,6 +499,60 @@ def test_an_async_postgres_store_used_on_a_second_event_loop_says_so(place: str)
         assert isinstance(out.get("error"), RuntimeError)
         assert "another event loop" in str(out["error"])
         assert await once()
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+# -- 2. an op the client cannot encode fails its own caller alone (issue 9, item 2) ------------
+#
+# The limiters refuse such a key at the call (tests/conformance/test_keys.py); these ops go to
+# the store directly, past the limiter, to prove the coalescer's own guarantee.
+
+BAD_KEY = "bad-\ud800"
+
+
+@pytest.mark.parametrize("kind", SYNC_STORES)
+def test_an_op_the_client_cannot_encode_fails_its_own_thread_alone_in_a_shared_call(kind: str, place: str) -> None:
+    store = open_store(kind, place, max_in_flight=1, timeout=BOUND)
+    assert store.decide(decide("warm"), NOW).allowed
+    queue = observe(store)
+    gate = Gate(store)
+    first, first_out = in_thread(lambda: store.decide(decide("k"), NOW))
+    assert gate.entered.wait(BOUND)
+    callers = []
+    for i, key in enumerate(["k", BAD_KEY, "k", "other"], 1):  # queued: they go in one call
+        callers.append(in_thread(lambda key=key: store.decide(decide(key), NOW)))  # type: ignore[misc]
+        queue.wait_queued(i)
+    gate.opened.set()
+    joined(first, *(t for t, _ in callers))
+    outs = [out for _, out in callers]
+    assert LIMIT - 1 == first_out["result"].remaining
+    assert isinstance(outs[1].get("error"), UnicodeEncodeError)  # its own error, not a StoreError
+    assert [LIMIT - 2, LIMIT - 3, LIMIT - 1] == [outs[i]["result"].remaining for i in (0, 2, 3)]
+    assert LIMIT - 3 == remaining(store, "k")  # each good op charged once
+    assert 0 == store._coalescer.core.in_flight
+    store.close()
+
+
+@pytest.mark.parametrize("kind", ASYNC_STORES)
+def test_an_op_the_client_cannot_encode_fails_its_own_task_alone_in_a_shared_call(kind: str, place: str) -> None:
+    async def main() -> None:
+        store = open_store(kind, place, max_in_flight=1, timeout=BOUND)
+        assert (await store.decide(decide("warm"), NOW)).allowed
+        gate = AsyncGate(store)
+        first = asyncio.ensure_future(store.decide(decide("k"), NOW))
+        await asyncio.wait_for(gate.entered.wait(), BOUND)
+        queued = [asyncio.ensure_future(store.decide(decide(key), NOW)) for key in ["k", BAD_KEY, "k", "other"]]
+        await settle()
+        gate.opened.set()
+        results = await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), BOUND)
+        assert isinstance(results[2], UnicodeEncodeError)
+        decided = [r for i, r in enumerate(results) if i != 2]
+        assert all(isinstance(r, Decision) for r in decided)
+        assert [LIMIT - 1, LIMIT - 2, LIMIT - 3, LIMIT - 1] == [r.remaining for r in decided if isinstance(r, Decision)]
+        assert LIMIT - 3 == await remaining_async(store, "k")
+        assert 0 == store._coalescer.core.in_flight
         await store.aclose()
 
     asyncio.run(main())

@@ -70,6 +70,13 @@ class Rule:
 
         if not isinstance(name, str) or not name.strip():
             raise ConfigurationError(f"a rule needs a non-empty name, got {name!r}")
+        if not name.isascii():
+            try:
+                name.encode()
+            except UnicodeEncodeError as exc:
+                raise ConfigurationError(
+                    f"rule name {name!r} holds a lone surrogate at index {exc.start}, which no store can encode"
+                ) from None
         if isinstance(limits, str | Limit):
             items: list[Any] = [limits]
         elif isinstance(limits, Iterable):

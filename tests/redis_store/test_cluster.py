@@ -139,12 +139,14 @@ def test_async_batch_over_several_masters_is_all_or_nothing(
     assert asyncio.run(main()) == (True, False, 7, 0)
 
 
+# A key that begins with "}" would, unescaped, give an empty hash tag (the whole name is
+# then hashed, and each rule of the key lands on a slot of its own): issue 9, item 3.
+@pytest.mark.parametrize("key", ["tenant-9", "}tenant", "}", "a}b", "{x}", "x\x00}y", "%7D"])
 def test_every_rule_of_one_key_shares_its_slot_and_one_call_decides_them(
-    redis_cluster: RedisCluster, limiter: Limiter, key_prefix: str
+    redis_cluster: RedisCluster, limiter: Limiter, key_prefix: str, key: str
 ) -> None:
     per_minute = Rule("per_minute", ["10/minute"], algorithm="token_bucket")
     per_hour = Rule("per_hour", ["100/hour"], algorithm="sliding_window_log")
-    key = "tenant-9"
     stored = [wire.storage_key(f"{key_prefix}:", rule.plan, key) for rule in (per_minute, per_hour)]
     slots = set()
     for name in stored:

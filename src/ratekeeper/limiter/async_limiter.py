@@ -27,6 +27,7 @@ from ratekeeper.limiter.checks import (
     refund_op,
     require_leases,
     resolve_items,
+    unencodable_at,
 )
 from ratekeeper.limiter.decorator import limit_decorator
 from ratekeeper.limiter.failure import FailurePolicy
@@ -121,7 +122,14 @@ class AsyncLimiter:
         ``now`` (µs on the store's clock) is for tests and the conformance suite.
         """
         # ``core.check`` written inline (the rule is checked by its attribute): the hot path.
-        if type(key) is not str or not key or len(key) > MAX_KEY_LENGTH or type(cost) is not int or cost < 0:
+        if (
+            type(key) is not str
+            or not key
+            or len(key) > MAX_KEY_LENGTH
+            or type(cost) is not int
+            or cost < 0
+            or (not key.isascii() and unencodable_at(key) is not None)
+        ):
             raise bad_call(rule, key, cost)
         try:
             quota = rule.quota

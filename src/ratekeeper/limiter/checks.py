@@ -29,6 +29,7 @@ __all__ = [
     "refund_op",
     "require_leases",
     "resolve_items",
+    "unencodable_at",
 ]
 
 _lease_prefix = os.urandom(6).hex()
@@ -54,9 +55,32 @@ def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
         return InvalidRequest(
             f"key is {len(key)} characters long; the maximum is {MAX_KEY_LENGTH} (hash longer identifiers first)"
         )
+    bad = unencodable_at(key)
+    if bad is not None:
+        return InvalidRequest(
+            f"key {key!r} holds a lone surrogate (U+{ord(key[bad]):04X} at index {bad}), which no store can "
+            "encode: a key must be valid Unicode text (decode bytes with errors='replace', or hash them)"
+        )
     if isinstance(cost, bool) or not isinstance(cost, int):
         return InvalidRequest(f"cost must be a non-negative integer, got {type(cost).__name__} {cost!r}")
     return InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
+
+
+def unencodable_at(text: str) -> int | None:
+    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone
+    surrogate, which ``json.loads`` and ``os.fsdecode`` can return), else None.
+
+    Every store accepts the same keys: any valid Unicode text (NUL, braces, ``%`` and the
+    rest are stored faithfully, ``stores.wire.escape``); only these are refused, at the
+    call, before the op can reach a store or share a batch with other callers' ops.
+    """
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
 
 
 def plan_for(rule: Rule, key: str) -> Plan | None:
@@ -76,6 +100,7 @@ def check(rule: Any, key: Any, cost: Any) -> None:
         or len(key) > MAX_KEY_LENGTH
         or type(cost) is not int
         or cost < 0
+        or (not key.isascii() and unencodable_at(key) is not None)
     ):
         raise bad_call(rule, key, cost)
 

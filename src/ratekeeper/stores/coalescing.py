@@ -45,9 +45,12 @@ The guarantees, the same for every store, sync and asyncio:
    (With asyncio every op waits in the queue for its tick's flush, so every caller has
    the deadline.)
 2. An error reaches only the calls it concerns: a result that is a ``StoreError`` goes to
-   that op's caller alone; a call that failed fails its own callers; when it failed
-   because the store is down or timed out (``store_down``), the callers queued behind it
-   get that same error at once instead of a call of their own.
+   that op's caller alone; a call that failed with a ``StoreError`` fails its own callers;
+   when it failed because the store is down or timed out (``store_down``), the callers
+   queued behind it get that same error at once instead of a call of their own. A call of
+   several ops that raised anything else (the client refused to encode an op: the call
+   was never sent; see ``one_by_one`` below) is sent again one op per call, so each caller
+   gets its own op's answer or error, never another caller's exception.
 3. A caller's interruption is its own: a ``KeyboardInterrupt`` / ``SystemExit`` in the
    thread that sends a call (or the cancellation of the task that runs it) is raised
    there alone; the other callers of that call get a ``StoreError`` saying its outcome is
@@ -192,6 +195,14 @@ class Coalescer(Generic[OpT, W]):
         waiters = [entry[2] for entry in self.queue]
         self.queue.clear()
         return waiters
+
+
+# one_by_one: when a call of several ops raises an exception that is not a StoreError, the
+# drivers send each op again in a call of its own and give each caller its own answer. The
+# stores translate every error of the store and of the connection to a StoreError; anything
+# else is raised by the client while it builds the request (an op it cannot encode), before
+# anything was sent, so sending the ops again charges nothing twice. The limiters refuse
+# such ops at the call (InvalidRequest): this is the last line, for an op that slipped past.
 
 
 def held_weakly(run: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[[], Any]]:

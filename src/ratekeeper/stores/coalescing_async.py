@@ -127,10 +127,15 @@ class AsyncCoalescer(Generic[OpT, R]):
                     ops, futures = [op for op, _ in kept], [g for _, g in kept]
                     break
             if ops:
-                results = await self._run(self._owner(), ops, now)
+                try:
+                    results = await self._run(self._owner(), ops, now)
+                except Exception as exc:
+                    if isinstance(exc, StoreError) or len(ops) < 2:
+                        raise
+                    results = await self._one_by_one(ops, now)  # see one_by_one: no caller gets another's error
                 for f, result in zip(futures, results, strict=True):
                     if not f.done():
-                        if isinstance(result, StoreError):  # that op's own failure (a Cluster slot's call)
+                        if isinstance(result, Exception):  # its own failure (a Cluster slot's call, or its op's)
                             f.set_exception(result)
                         else:
                             f.set_result(result)
@@ -144,6 +149,16 @@ class AsyncCoalescer(Generic[OpT, R]):
                 raise
         finally:
             self._finish(started, failure)
+
+    async def _one_by_one(self, ops: Sequence[OpT], now: int | None) -> list[Any]:
+        """Each op sent alone: its result, or what its call raised (see ``one_by_one`` in ``coalescing.py``)."""
+        out: list[Any] = []
+        for op in ops:
+            try:
+                out.append((await self._run(self._owner(), (op,), now))[0])
+            except Exception as exc:  # noqa: BLE001 (handed to that op's caller alone)
+                out.append(exc)
+        return out
 
     def _ended(
         self, started: list[OpT], futures: list[asyncio.Future[Any]], ran: list[bool], task: asyncio.Task[None]

@@ -115,9 +115,14 @@ class ThreadCoalescer(Generic[OpT, R]):
             if any(w.gone for w in waiters):  # withdrawn since the call was taken: not sent
                 kept = [(op, w) for op, w in zip(started, waiters, strict=True) if not w.gone]
                 ops, waiters = [op for op, _ in kept], [w for _, w in kept]
-            results = self._run(self._owner(), ops, now)
+            try:
+                results = self._run(self._owner(), ops, now)
+            except Exception as exc:
+                if isinstance(exc, StoreError) or len(ops) < 2:
+                    raise
+                results = self._one_by_one(ops, now)  # see one_by_one: no caller gets another's error
             for w, result in zip(waiters, results, strict=True):
-                if isinstance(result, StoreError):  # that op's own failure (a Cluster slot's call)
+                if isinstance(result, Exception):  # that op's own failure (a Cluster slot's call, or its own op's)
                     w.error = result
                 else:
                     w.result = result
@@ -136,6 +141,16 @@ class ThreadCoalescer(Generic[OpT, R]):
         if me.error is not None:
             raise me.error
         return me.result  # type: ignore[return-value]
+
+    def _one_by_one(self, ops: Sequence[OpT], now: int | None) -> list[Any]:
+        """Each op sent alone: its result, or what its call raised (see ``one_by_one`` in ``coalescing.py``)."""
+        out: list[Any] = []
+        for op in ops:
+            try:
+                out.append(self._run(self._owner(), (op,), now)[0])
+            except Exception as exc:  # noqa: BLE001 (handed to that op's caller alone)
+                out.append(exc)
+        return out
 
     def _finish(self, ops: Sequence[OpT], failure: BaseException | None) -> None:
         """A call returned: its slot (and rows) are free again; see ``_hand_on``."""

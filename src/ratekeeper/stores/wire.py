@@ -43,11 +43,42 @@ from ratekeeper.op import DECIDE, PEEK, REFUND, Op
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["DECIDE", "PEEK", "REFUND", "Op", "decode", "encode", "encode_one", "op_fields", "storage_key"]
+__all__ = [
+    "DECIDE",
+    "PEEK",
+    "REFUND",
+    "Op",
+    "decode",
+    "encode",
+    "encode_one",
+    "escape",
+    "op_fields",
+    "storage_key",
+]
+
+
+_ESCAPES = str.maketrans({"%": "%25", "}": "%7D", "\x00": "%00"})
+
+
+def escape(text: str) -> str:
+    """``text`` as it goes into a storage key: ``%``, ``}`` and NUL written ``%25``, ``%7D``
+    and ``%00`` (every other character as it is, so a plain key reads as itself).
+
+    Injective (``%`` is escaped too), so two different texts never share a storage key;
+    free of ``}``, so the caller's key always ends the Redis Cluster hash tag that begins
+    before it (a key such as ``"}x"`` would otherwise make the tag empty and scatter its
+    rules over slots); free of NUL, which PostgreSQL's ``text`` cannot hold (libpq would
+    cut the key there, and ``"bob\x00 1"`` and ``"bob\x00 2"`` would share a row).
+    """
+    if "%" in text or "}" in text or "\x00" in text:
+        return text.translate(_ESCAPES)
+    return text
+
 
 def _plan_part(plan: Plan) -> tuple[list[Any], str]:
-    """The algorithm, limit count and spec fields of ``plan``, and its table digest (kept
-    on the plan: computed once, forgotten with it)."""
+    """The algorithm, limit count and spec fields of ``plan``, and the storage key's tail
+    after the caller's key, ``}:<rule>:<digest>`` (kept on the plan: computed once,
+    forgotten with it)."""
     try:
         return plan.derived["wire"]  # type: ignore[no-any-return]
     except KeyError:
@@ -55,18 +86,21 @@ def _plan_part(plan: Plan) -> tuple[list[Any], str]:
         for spec in plan.specs:
             fields.extend(spec)
         digest = hashlib.blake2b(plan.table.encode(), digest_size=6).hexdigest()
-        part = plan.derived["wire"] = (fields, digest)
+        part = plan.derived["wire"] = (fields, f"}}:{escape(plan.name)}:{digest}")
         return part
 
 
 def storage_key(prefix: str, plan: Plan, key: str) -> str:
-    """Where the state of ``key`` under ``plan`` lives: ``{prefix}{key}:{rule}:{digest}``.
+    """Where the state of ``key`` under ``plan`` lives: ``{prefix}{key}:{rule}:{digest}``,
+    the key and the rule's name escaped (``escape``).
 
     The braces make the caller's key the Redis Cluster hash tag, so every rule's state for
-    one key shares a slot; the digest tells apart plans whose states read differently
-    (``Plan.table``: the algorithm and its scale).
+    one key shares a slot, whatever the key's characters; the digest tells apart plans
+    whose states read differently (``Plan.table``: the algorithm and its scale). No two
+    different (rule, key) pairs share a storage key: the escaped key ends at the first
+    ``}``, the digest has a fixed length, and the rule's name is what lies between.
     """
-    return f"{prefix}{{{key}}}:{plan.name}:{_plan_part(plan)[1]}"
+    return f"{prefix}{{{escape(key)}{_plan_part(plan)[1]}"
 
 
 def op_fields(
@@ -102,8 +136,8 @@ def encode(ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool 
 def encode_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
     """``encode([op], prefix, now)``, written out: the path of every single decision."""
     mode, plan, key, cost, max_wait, lease_id = op
-    fields, digest = _plan_part(plan)
-    return [f"{prefix}{{{key}}}:{plan.name}:{digest}"], [
+    fields, tail = _plan_part(plan)
+    return [f"{prefix}{{{escape(key)}{tail}"], [
         "" if now is None else now,
         "0",
         1,
@@ -137,7 +171,8 @@ def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
                     reply[at + 3],
                     tuple(reply[at + 4 : at + 4 + n]),
                     tuple(reply[at + 4 + n : at + 4 + 2 * n]),
-                    lease_id if allowed and cost and plan.leases else None, None,
+                    lease_id if allowed and cost and plan.leases else None,
+                    None,
                 )
             )
         )

@@ -34,7 +34,7 @@ from ratekeeper.algorithms import ALGORITHMS
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
-from ratekeeper.stores.options import bool_option, number_option
+from ratekeeper.stores.options import bool_option, number_option, prefix_option
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -138,10 +138,7 @@ class PostgresOptions:
         self.max_size: int = number_option("max_size", ours.get("max_size", 10), int, 1)
         if self.max_size < self.min_size:
             raise ConfigurationError(f"store option max_size ({self.max_size}) must be >= min_size ({self.min_size})")
-        prefix = ours.get("prefix", "")
-        if not isinstance(prefix, str):
-            raise ConfigurationError(f"store option prefix must be a str, got {prefix!r}")
-        self.prefix: str = prefix
+        self.prefix: str = prefix_option(ours.get("prefix", ""))
         self.batching: bool = bool_option("batching", ours.get("batching", True))
         # Default: one statement per pooled connection, so a caller with a connection free
         # (and its row idle) never waits for another's statement.

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
-from ratekeeper.stores.options import bool_option, number_option
+from ratekeeper.stores.options import bool_option, number_option, prefix_option
 from ratekeeper.stores.redis.script import Script, script_for, script_of
 from ratekeeper.stores.redis.url import RedisTarget, parse_redis_url
 
@@ -50,7 +50,7 @@ class RedisCore:
         target = parse_redis_url(url, **options)
         opts = target.options
         self.target: RedisTarget = target
-        self.prefix: str = str(opts.get("prefix", "ratekeeper:"))
+        self.prefix: str = prefix_option(opts.get("prefix", "ratekeeper:"))
         if "{" in self.prefix or "}" in self.prefix:
             raise ConfigurationError(
                 f"prefix {self.prefix!r} must not contain braces: the key's own hash tag follows it"
