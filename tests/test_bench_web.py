@@ -86,13 +86,21 @@ def test_markdown_has_a_table_per_stack_with_numbers_and_the_targets(
     assert "### Starlette (uvicorn, 1 process, httptools, uvloop)" in text
     assert "### Django (gunicorn, 1 gthread worker, 1 thread)" in text
     assert "### Flask" not in text
-    number = r"[\d,]+ \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\d \| [\d.]+% \| \d+% \| \d+% \| [\d,]+ \|"
+    number = (
+        r"[\d,]+ \| \d+\.\d\d \| [\d,]+ \| \d+\.\d\d \| \d+\.\d\d \| \d+\.\d\d \| [\d.]+% \| \d+% \| \d+% \| [\d,]+ \|"
+    )
     for label in ("bare", "ratekeeper memory", "ratekeeper redis", "slowapi", "django-ratelimit, denied"):
         assert re.search(rf"^\| {re.escape(label)} \| {number}$", text, re.MULTILINE), label
-    assert re.search(r"^\| starlette: ratekeeper memory / bare requests/s \| \d+\.\d\d \| ≥ 0\.90 \| ", text, re.M)
+    target = r"^\| starlette: ratekeeper memory / bare \| ≥ 0\.90 \| \d+\.\d\d \| (yes|\*\*no\*\*) \| \d+\.\d\d \| "
+    assert re.search(target, text, re.MULTILINE)
     bare = result.result(web.Case("starlette", "bare"))
     assert bare is not None
     assert result.ratio_to_bare(bare) == 1.0
+    assert result.cpu_ratio_to_bare(bare) == 1.0
+    assert {t.what for t in result.targets()} >= {
+        "django: ratekeeper redis / bare",
+        "starlette: ratekeeper memory / slowapi",
+    }
 
 
 @pytest.mark.redis

@@ -74,6 +74,7 @@ __all__ = [
     "CaseResult",
     "Failure",
     "Settings",
+    "Target",
     "WebBenchResult",
     "add_arguments",
     "bench_from_args",
@@ -179,6 +180,16 @@ class Round:
     server_cpu: float
     wrk_cpu: float
 
+    @property
+    def cpu_rate(self) -> float:
+        """Requests per second of the server's CPU time: the inverse of its CPU cost per request.
+
+        Steadier than requests/s on a shared machine (time taken by other processes is
+        not counted), but for a server that also waits (on Redis) it is a cost, not a
+        rate the server could reach.
+        """
+        return self.wrk.rate / self.server_cpu if self.server_cpu > 0 else 0.0
+
 
 @dataclass(frozen=True, slots=True)
 class CaseResult:
@@ -196,6 +207,29 @@ class CaseResult:
     @property
     def rate(self) -> float:
         return self.median.wrk.rate
+
+    @property
+    def cpu_rate(self) -> float:
+        """The median over the rounds of ``Round.cpu_rate``."""
+        ordered = sorted(r.cpu_rate for r in self.rounds)
+        return ordered[(len(ordered) - 1) // 2]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A target of the run: ratekeeper's figure over the bare app's or the peer's, at least ``threshold``
+    (above it when ``strict``), by requests/s and by requests per server CPU-second."""
+
+    what: str
+    ratio: float | None
+    cpu_ratio: float | None
+    threshold: float
+    strict: bool = False
+
+    def met(self, ratio: float | None) -> bool | None:
+        if ratio is None:
+            return None
+        return ratio > self.threshold if self.strict else ratio >= self.threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,21 +264,32 @@ class WebBenchResult:
             return None
         return result.rate / bare.rate
 
-    def targets(self) -> list[tuple[str, float | None, float, bool | None]]:
-        """(what, measured, threshold, met) for each target; measured None when a case is missing."""
-        out: list[tuple[str, float | None, float, bool | None]] = []
+    def cpu_ratio_to_bare(self, result: CaseResult) -> float | None:
+        """``result``'s requests per server CPU-second over its stack's bare app's."""
+        bare = self.result(Case(result.case.stack, "bare"))
+        if bare is None or bare.cpu_rate <= 0:
+            return None
+        return result.cpu_rate / bare.cpu_rate
+
+    def targets(self) -> list[Target]:
+        """Each target of the brief; a ratio is None when a case it needs did not run."""
+        out: list[Target] = []
+
+        def ratios(ours: CaseResult | None, other: CaseResult | None) -> tuple[float | None, float | None]:
+            if ours is None or other is None or other.rate <= 0 or other.cpu_rate <= 0:
+                return None, None
+            return ours.rate / other.rate, ours.cpu_rate / other.cpu_rate
+
         for stack in self.settings.stacks:
-            for store, target in (("memory", MEMORY_TARGET), ("redis", REDIS_TARGET)):
+            bare = self.result(Case(stack, "bare"))
+            for store, threshold in (("memory", MEMORY_TARGET), ("redis", REDIS_TARGET)):
                 ours = self.result(Case(stack, "ratekeeper", store))
-                ratio = self.ratio_to_bare(ours) if ours else None
-                what = f"{stack}: ratekeeper {store} / bare requests/s"
-                out.append((what, ratio, target, None if ratio is None else ratio >= target))
+                out.append(Target(f"{stack}: ratekeeper {store} / bare", *ratios(ours, bare), threshold))
             for denied in (False, True):
                 peer = self.result(Case(stack, PEERS[stack], denied=denied))
                 ours = self.result(Case(stack, "ratekeeper", "memory", denied=denied))
-                ratio = ours.rate / peer.rate if ours and peer and peer.rate > 0 else None
-                what = f"{stack}: ratekeeper memory / {PEERS[stack]} requests/s" + (", denied" if denied else "")
-                out.append((what, ratio, 1.0, None if ratio is None else ratio > 1.0))
+                what = f"{stack}: ratekeeper memory / {PEERS[stack]}" + (", both denied" if denied else "")
+                out.append(Target(what, *ratios(ours, peer), 1.0, strict=True))
         return out
 
     def to_markdown(self) -> str:
@@ -474,6 +519,14 @@ _WHAT_RUNS = (
 )
 
 
+def _ratio(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _verdict(met: bool | None) -> str:
+    return "not measured" if met is None else ("yes" if met else "**no**")
+
+
 def _ms(us: float) -> str:
     return f"{us / 1000:.2f}"
 
@@ -499,7 +552,10 @@ def render_markdown(result: WebBenchResult) -> str:
         "under gunicorn (1 gthread worker, 1 thread, keep-alive, no access log). One endpoint, `GET /bench` "
         "answering `ok`; every request from 127.0.0.1 (one key). *allowed*: a limit of 1,000,000/s; "
         "*denied*: 1/hour, spent before timing. *× bare*: requests/s over the same stack's bare app. "
-        "*server CPU*, *wrk CPU*: each one's CPU time over the round's wall time.",
+        "*server CPU*, *wrk CPU*: each one's CPU time over the round's wall time. *per CPU-s*: requests per "
+        "second of the server's CPU time (the median over the rounds), the inverse of its cost per request: "
+        "steadier than requests/s when other processes take CPU time, but for the Redis cases, where the "
+        "server also waits, a cost rather than a reachable rate.",
         "",
         f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
         f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
@@ -522,27 +578,35 @@ def render_markdown(result: WebBenchResult) -> str:
         out += [
             f"### {stack.capitalize()} ({FRAMEWORKS[stack].server})",
             "",
-            "| case | requests/s | × bare | p50 ms | p99 ms | non-2xx | server CPU | wrk CPU | rounds, requests/s |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| case | requests/s | × bare | per CPU-s | × bare | p50 ms | p99 ms | non-2xx | server CPU | wrk CPU "
+            "| rounds, requests/s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in rows:
-            ratio = result.ratio_to_bare(r)
+            ratio, cpu_ratio = result.ratio_to_bare(r), result.cpu_ratio_to_bare(r)
             w = r.median.wrk
             errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
             rates = ", ".join(report.format_rate(x.wrk.rate) for x in r.rounds)
             out.append(
-                f"| {r.case.label} | {report.format_rate(w.rate)} | {'n/a' if ratio is None else f'{ratio:.2f}'} | "
-                f"{_ms(w.p50_us)} | {_ms(w.p99_us)} | {report.format_fraction(w.non_2xx_fraction)}{errors} | "
+                f"| {r.case.label} | {report.format_rate(w.rate)} | {_ratio(ratio)} | "
+                f"{report.format_rate(r.cpu_rate)} | {_ratio(cpu_ratio)} | {_ms(w.p50_us)} | {_ms(w.p99_us)} | "
+                f"{report.format_fraction(w.non_2xx_fraction)}{errors} | "
                 f"{r.median.server_cpu:.0%} | {r.median.wrk_cpu:.0%} | {rates} |"
             )
-        out += [f"| {f.case.label} | failed | | | | | | | {f.error} |" for f in failed]
+        out += [f"| {f.case.label} | failed | | | | | | | | | {f.error} |" for f in failed]
         out.append("")
-    out += ["### Targets", "", "| target | measured | threshold | met |", "| --- | ---: | ---: | --- |"]
-    for what, measured, threshold, met in result.targets():
-        shown = "n/a" if measured is None else f"{measured:.2f}"
-        verdict = "not measured" if met is None else ("yes" if met else "**no**")
-        op = "≥" if threshold < 1.0 else ">"
-        out.append(f"| {what} | {shown} | {op} {threshold:.2f} | {verdict} |")
+    out += [
+        "### Targets",
+        "",
+        "| target | threshold | requests/s ratio | met | per CPU-s ratio | met |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
+    ]
+    for t in result.targets():
+        op = ">" if t.strict else "≥"
+        out.append(
+            f"| {t.what} | {op} {t.threshold:.2f} | {_ratio(t.ratio)} | {_verdict(t.met(t.ratio))} | "
+            f"{_ratio(t.cpu_ratio)} | {_verdict(t.met(t.cpu_ratio))} |"
+        )
     out.append("")
     out += ["What each row runs:", ""]
     out += [f"- {what}" for what in _WHAT_RUNS if what.split(" ")[0].lower() in s.stacks]
