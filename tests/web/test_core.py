@@ -77,7 +77,9 @@ def test_a_user_callable_option_wins_over_the_integrations_user() -> None:
     )
 
 
-def test_unbuildable_keys_and_costs_skip_the_rule_only() -> None:
+def test_an_unbuildable_key_skips_the_rule_and_an_unreadable_cost_charges_one() -> None:
+    """A missing key part skips its rule (counted); a cost template the request does not
+    fill charges 1, so leaving the header out never dodges the rule."""
     skips: list[str] = []
 
     class Metrics:
@@ -95,9 +97,10 @@ def test_unbuildable_keys_and_costs_skip_the_rule_only() -> None:
     c = core(rules, metrics=Metrics())
     verdict = c.check_sync(get(headers={"x-cost": "lots"}))
     assert verdict.allowed
-    assert ("by_key", "by_cost") == verdict.skipped
-    assert ["by_key", "by_cost"] == skips
-    assert ["always"] == [d.rule for d in verdict.decisions]
+    assert ("by_key",) == verdict.skipped
+    assert ["by_key"] == skips
+    assert ["by_cost", "always"] == [d.rule for d in verdict.decisions]
+    assert not c.check_sync(get()).allowed  # no header at all: charged 1 again, over 1/minute
 
 
 def test_cost_options() -> None:

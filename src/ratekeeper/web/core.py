@@ -52,8 +52,9 @@ Options (the same names in every integration):
   ``metrics.request("asgi")``).
 
 How one request is decided: the rules whose ``match`` fits, in order; each renders its key
-(a rule whose key or cost cannot be built from the request is skipped and counted, never
-an error page); exemptions end it there; then ONE all-or-nothing ``try_acquire_many`` for
+(a rule whose key cannot be built from the request is skipped and counted, never an error
+page; a cost template the request does not fill charges ``MISSING_COST``, 1, so leaving
+the header out never dodges a rule); exemptions end it there; then ONE all-or-nothing ``try_acquire_many`` for
 the enforced rules (a refusal charges none of them) and one transaction per shadow rule.
 The logic is written once as a generator (``check_flow``) that yields the batches to
 decide; ``check_sync`` / ``check_async`` only run them (the shape of
@@ -411,7 +412,10 @@ class RateLimitCore:
             option = None
         chosen = rule.cost if option is None else option
         if isinstance(chosen, KeyTemplate):
-            return _as_cost(chosen.render(lookup))
+            # A cost the request does not state (or states wrongly) is charged as 1: skipping
+            # the rule would let a client dodge it by leaving the header out.
+            cost = _as_cost(chosen.render(lookup))
+            return MISSING_COST if cost is None else cost
         return _as_cost(chosen)
 
     def _verdict(self, prepared: _Prepared, batch: BatchDecision, shadow_answers: Sequence[BatchDecision]) -> Verdict:
@@ -506,6 +510,10 @@ class _Lookup:
         if part == "host":
             return None if view.host is None else view.host.split(":", 1)[0].lower()
         return None
+
+
+MISSING_COST = 1
+"""What a request is charged when its cost template cannot be read from it."""
 
 
 def _as_cost(value: object) -> int | None:
