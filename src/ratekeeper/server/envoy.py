@@ -171,11 +171,29 @@ def _override(domain: str, requests: int, unit: int, i: int) -> Rule:
     return _override_rule(domain, requests, unit)
 
 
+def _check_hits(obj: dict[str, Any], where: str) -> None:
+    """Hits must be JSON integers from 0 to ``MAX_COST`` (or null): the proto3 mapping would
+    also take strings of digits and values up to 2**64, which the service does not."""
+    for name in ("hitsAddend", "hits_addend"):
+        value = obj.get(name)
+        if value is None:
+            continue
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole or not 0 <= value <= MAX_COST:
+            raise BadInput(400, f"{where}: {name} is {value!r}", f"an integer from 0 to {MAX_COST}, or null")
+
+
 async def envoy_json(service: Service, body: Any) -> tuple[int, dict[str, Any]]:
     """``POST /json``: the request in the proto3 JSON mapping; 200 (``OK``) or 429
     (``OVER_LIMIT``) with the response in the same mapping."""
     if not isinstance(body, dict):
         raise BadInput(400, "the body must be a JSON object", "a RateLimitRequest in the proto3 JSON mapping")
+    _check_hits(body, "the request")
+    descriptors = body.get("descriptors")
+    if isinstance(descriptors, list):
+        for i, d in enumerate(descriptors):
+            if isinstance(d, dict):
+                _check_hits(d, f"descriptor {i}")
     request = rls_pb2.RateLimitRequest()
     try:
         json_format.ParseDict(body, request)

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_BODY",
     "MAX_CHECKS",
     "MAX_COST",
+    "MAX_LEASE_ID",
     "Check",
     "parse_json",
     "read_check",
@@ -37,6 +38,9 @@ MAX_COST = 2**32 - 1
 
 MAX_CHECKS = 100
 """The most checks one ``{"checks": [...]}`` batch may hold."""
+
+MAX_LEASE_ID = 128
+"""The longest ``lease_id`` a refund may name (the limiter's are 32 characters)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,8 @@ def _key(value: Any, where: str) -> str:
 
 def _cost(value: Any, where: str) -> int:
     accepted = f"an integer from 0 to {MAX_COST} (default 1)"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON has one number type: 2.0 is the integer 2 (as JSON Schema says)
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(400, f"{where}.cost must be an integer, got {type_name(value)} {value!r}", accepted)
     if not 0 <= value <= MAX_COST:
@@ -161,8 +167,11 @@ def read_refund(body: Any, rules: RuleSet) -> tuple[Check, str | None]:
     """``{"rule": ..., "key": ..., "cost": 1, "lease_id": null}``."""
     obj = _object(body, "the body", (*_CHECK_FIELDS, "lease_id"), ("rule", "key"))
     lease = obj.get("lease_id")
-    if lease is not None and (not isinstance(lease, str) or not lease or len(lease) > 128):
-        raise BadInput(400, f"lease_id must be a string, got {type_name(lease)}", "the lease_id of a decision, or null")
+    accepted = f"the lease_id of a decision (1 to {MAX_LEASE_ID} characters), or null"
+    if lease is not None and not isinstance(lease, str):
+        raise BadInput(400, f"lease_id must be a string, got {type_name(lease)}", accepted)
+    if lease is not None and not 1 <= len(lease) <= MAX_LEASE_ID:
+        raise BadInput(400, f"lease_id is {len(lease)} characters long", accepted)
     check = Check(
         _rule(obj["rule"], "the body", rules), _key(obj["key"], "the body"), _cost(obj.get("cost", 1), "the body")
     )

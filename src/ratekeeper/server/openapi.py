@@ -14,7 +14,7 @@ from typing import Any
 
 from ratekeeper.rule import MAX_KEY_LENGTH
 from ratekeeper.server.envoy import MAX_DESCRIPTORS
-from ratekeeper.server.inputs import MAX_BODY, MAX_CHECKS, MAX_COST
+from ratekeeper.server.inputs import MAX_BODY, MAX_CHECKS, MAX_COST, MAX_LEASE_ID
 
 __all__ = ["openapi_document"]
 
@@ -53,6 +53,16 @@ _RETRY = {"Retry-After": {"description": "whole seconds, rounded up", "schema": 
 
 _STORE_DOWN = _problem("The store failed and the failure policy is 'raise'")
 
+# The proto3 JSON mapping accepts null for the default and the proto field name beside its
+# JSON name: the schema says so too.
+_HITS = {
+    "type": ["integer", "null"],
+    "minimum": 0,
+    "maximum": MAX_COST,
+    "description": "hits to add (0, null or absent: 1)",
+}
+_DESCRIPTOR_HITS = {**_HITS, "description": "hits for this descriptor; 0 checks without charging"}
+
 _SCHEMAS: dict[str, Any] = {
     "Check": {
         "type": "object",
@@ -76,7 +86,12 @@ _SCHEMAS: dict[str, Any] = {
             "rule": {"type": "string"},
             "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
             "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1},
-            "lease_id": {"type": ["string", "null"], "description": "a concurrency rule's lease to release"},
+            "lease_id": {
+                "type": ["string", "null"],
+                "minLength": 1,
+                "maxLength": MAX_LEASE_ID,
+                "description": "a concurrency rule's lease to release",
+            },
         },
         "required": ["rule", "key"],
         "additionalProperties": False,
@@ -161,18 +176,23 @@ _SCHEMAS: dict[str, Any] = {
                             "minItems": 1,
                             "items": {
                                 "type": "object",
-                                "properties": {"key": {"type": "string", "minLength": 1}, "value": {"type": "string"}},
+                                "properties": {
+                                    "key": {"type": "string", "minLength": 1},
+                                    "value": {"type": ["string", "null"]},
+                                },
                                 "required": ["key"],
                                 "additionalProperties": False,
                             },
                         },
-                        "hitsAddend": {"type": "integer", "minimum": 0, "maximum": MAX_COST},
+                        "hitsAddend": _DESCRIPTOR_HITS,
+                        "hits_addend": _DESCRIPTOR_HITS,
                     },
                     "required": ["entries"],
                     "additionalProperties": False,
                 },
             },
-            "hitsAddend": {"type": "integer", "minimum": 0, "maximum": MAX_COST},
+            "hitsAddend": _HITS,
+            "hits_addend": _HITS,
         },
         "required": ["domain", "descriptors"],
         "additionalProperties": False,
