@@ -15,7 +15,7 @@ from typing import Any
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
 
-__all__ = ["http_rule", "load", "middleware_kwargs"]
+__all__ = ["http_rule", "load", "metrics", "middleware_kwargs"]
 
 
 def http_rule(spec: dict[str, Any]) -> HttpRule:
@@ -39,9 +39,26 @@ def load() -> dict[str, Any]:
     return dict(json.loads(os.environ["RK_WEB_CONFIG"]))
 
 
+_metrics: Any = None
+
+
+def metrics() -> Any:
+    """This process's ``ratekeeper.metrics.Metrics`` (what the apps' ``/metrics`` expose)."""
+    global _metrics  # noqa: PLW0603 - one registry per server process
+    if _metrics is None:
+        from ratekeeper.metrics import Metrics
+
+        _metrics = Metrics()
+    return _metrics
+
+
 def middleware_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    """``rules=``, ``store=`` and the other options, as the middleware takes them."""
+    """``rules=``, ``store=`` and the other options, as the middleware takes them;
+    ``"metrics": true`` gives it this process's ``metrics()``."""
     rules: Any = config["rules"]
     if not isinstance(rules, str):  # a path is passed through: the middleware loads the file
         rules = [http_rule(r) for r in rules]
-    return {"rules": rules, "store": config.get("store", "memory://"), **config.get("options", {})}
+    kwargs = {"rules": rules, "store": config.get("store", "memory://"), **config.get("options", {})}
+    if config.get("metrics"):
+        kwargs["metrics"] = metrics()
+    return kwargs

@@ -20,6 +20,7 @@ urlpatterns = [
     path("stream/<int:n>", views.stream),
     path("r/<str:x>", views.route),
     path("mode", views.mode),
+    path("metrics", views.metrics),
     path("login", views.login),
     path("kw/<str:user>", views.kw),
 ]

@@ -114,6 +114,13 @@ async def login(request: HttpRequest) -> HttpResponse:
     return JsonResponse({"user": user.pk})
 
 
+def metrics(request: HttpRequest) -> HttpResponse:
+    from web_wsgi import config
+
+    body, content_type = config.metrics().exposition()
+    return HttpResponse(body, content_type=content_type)
+
+
 def mode(request: HttpRequest) -> HttpResponse:
     """Which limiter each live ratekeeper middleware decides with (AsyncLimiter under ASGI)."""
     from ratekeeper.web.django import RateLimitMiddleware

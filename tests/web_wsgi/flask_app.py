@@ -82,6 +82,12 @@ def ip() -> Any:
     return jsonify(peer=request.remote_addr)
 
 
+@app.get("/metrics")
+def metrics() -> Any:
+    body, content_type = config.metrics().exposition()
+    return Response(body, content_type=content_type)
+
+
 @app.get("/header")
 def header() -> Any:
     return jsonify(key=request.headers.get("X-Api-Key"))

@@ -12,6 +12,7 @@ import uuid
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from web_wsgi.appserver import AppServer
 from web_wsgi.checks import assert_denied, assert_limited_headers, burst
@@ -149,3 +150,31 @@ def test_flask_has_no_route_so_a_route_keyed_rule_is_skipped(server: AppServer) 
         response = httpx.get(f"{server.url}/r/{fresh()}")
         assert response.status_code == 200
         assert "RateLimit" not in response.headers
+
+
+def metrics(server: AppServer) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The samples of one ``GET /metrics``, by name and sorted labels."""
+    text = httpx.get(f"{server.url}/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): float(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def test_the_middleware_exports_metrics(server: AppServer) -> None:
+    """Decisions per rule and outcome, skipped rules and requests by transport reach ``metrics``."""
+    transport = {"flask": "wsgi", "django": "django", "django-asgi": "django"}[server.name]
+    over = ("ratekeeper_decisions_total", (("outcome", "over"), ("rule", "items")))
+    skipped = ("ratekeeper_skipped_total", (("rule", "header"),))
+    requests = ("ratekeeper_requests_total", (("transport", transport),))
+    before = metrics(server)
+    user = fresh()
+    statuses = [httpx.get(f"{server.url}/items/{user}").status_code for _ in range(3)]
+    assert statuses == [200, 429, 429]
+    assert httpx.get(f"{server.url}/header").status_code == 200
+    after = metrics(server)
+    assert after[over] == before.get(over, 0.0) + 2
+    assert after[skipped] == before.get(skipped, 0.0) + 1
+    # the four requests, and the second /metrics request (counted before it answers)
+    assert after[requests] == before[requests] + 5

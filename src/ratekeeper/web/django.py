@@ -143,6 +143,8 @@ class RateLimitMiddleware:
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self._acall(request)
+        if self.core.metrics is not None:
+            self.core.metrics.request("django")
         verdict = self.core.check_sync(request_view(request))
         if not verdict.allowed:
             return _deny(verdict)
@@ -151,7 +153,7 @@ class RateLimitMiddleware:
 
     def _answered(self, verdict: Verdict, response: HttpResponseBase) -> HttpResponseBase:
         _add_headers(response, verdict)
-        if verdict.charges:
+        if self.core.needs_finish(verdict):
             try:
                 self.core.finish_sync(verdict, response.status_code)
             except RateKeeperError:
@@ -159,6 +161,8 @@ class RateLimitMiddleware:
         return response
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        if self.core.metrics is not None:
+            self.core.metrics.request("django")
         user = await self._async_user(request) if self._needs_user(request) else None
         verdict = await self.core.check_async(request_view(request, user))
         if not verdict.allowed:
@@ -166,7 +170,7 @@ class RateLimitMiddleware:
         answer: Awaitable[HttpResponseBase] = self.get_response(request)
         response = await answer
         _add_headers(response, verdict)
-        if verdict.charges:
+        if self.core.needs_finish(verdict):
             try:
                 await self.core.finish_async(verdict, response.status_code)
             except RateKeeperError:

@@ -130,13 +130,15 @@ class WSGIRateLimitMiddleware:
         self.core = RateLimitCore(rules, store=store, asynchronous=False, **options)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        if self.core.metrics is not None:
+            self.core.metrics.request("wsgi")
         verdict = self.core.check_sync(request_view(environ))
         if not verdict.allowed:
             return self._deny(verdict, start_response)
         if verdict.exempt or not (verdict.headers or verdict.charges):
             return self.app(environ, start_response)
         extra = list(verdict.headers)
-        if not self._may_release(verdict):
+        if not self.core.needs_finish(verdict):
             # Nothing to do after the response: only the headers are added.
             def add_headers(status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None) -> Any:
                 return start_response(status, [*headers, *extra], exc_info)
@@ -160,12 +162,6 @@ class WSGIRateLimitMiddleware:
             self._finish(verdict, 500)
             raise
         return _Finishing(body, lambda: self._finish(verdict, seen[-1] if seen else 500))
-
-    def _may_release(self, verdict: Verdict) -> bool:
-        """Whether some status could give something back (a refund or a lease)."""
-        if not verdict.charges:
-            return False
-        return bool(self.core.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
 
     def _finish(self, verdict: Verdict, status: int) -> None:
         # The response is on its way: a store that fails to take the refund must not turn
