@@ -93,6 +93,10 @@ def test_a_store_outage_turns_ready_and_health_down_and_back(
     assert 503 == check.status_code  # on_error=raise: the store's failure, said as a problem
     assert "the store failed" in check.json()["detail"]
     assert has_event(served, "store", reachable=False)
+    for _ in range(5):  # consecutive failures open the circuit breaker: logged and exported
+        httpx.post(f"{served.url}/v1/check", json={"rule": f"{uid}.r", "key": "k"}, timeout=5)
+    wait_until(lambda: has_event(served, "breaker", new="open"), 10, "the breaker to open")
+    assert 0 == metric(served, "ratekeeper_breaker_state", state="closed")  # open, or half-open probing
     redis_server.start()
     wait_until(lambda: SERVING == health(served.grpc_target), 20, "SERVING again")
     assert 200 == httpx.get(f"{served.url}/readyz", timeout=5).status_code
