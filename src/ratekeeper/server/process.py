@@ -60,7 +60,6 @@ def _bind(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         raise OSError(f"cannot bind the HTTP port {host}:{port}: {exc.strerror}") from exc
-    sock.set_inheritable(True)
     return sock
 
 
@@ -92,13 +91,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     """Run the service until SIGTERM or SIGINT; ``ready`` is set once both servers listen."""
     configure()
     metrics = Metrics()
-    if settings.rules:
-        files: RulesFiles | None = RulesFiles(list(settings.rules), metrics)
-        assert files is not None
-        catalog = files.catalog()
-    else:
-        files = None
-        catalog = example_catalog()
+    files = RulesFiles(list(settings.rules), metrics) if settings.rules else None
+    catalog = files.catalog() if files is not None else example_catalog()
     limiter = AsyncLimiter(settings.store, on_error=settings.on_error, observer=ServiceObserver(metrics))
     service = Service(limiter, metrics, catalog, files, settings.store)
     try:
