@@ -47,6 +47,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     web.add_arguments(w)
     w.set_defaults(bench_run=web.run)
+    from ratekeeper_bench import serve
+
+    s = stores.add_parser(
+        "serve",
+        help="the service (ratekeeper serve) under wrk, h2load and a grpcio client: HTTP and gRPC, memory and Redis",
+        description=serve.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_arguments(s)
+    s.set_defaults(bench_run=serve.run)
 
 
 def run(args: argparse.Namespace) -> int:

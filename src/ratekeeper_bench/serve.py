@@ -1,0 +1,737 @@
+"""``ratekeeper bench serve``: the service (``ratekeeper serve``) under load, over HTTP and gRPC.
+
+One run, one machine. The real service is started as a child process
+(``python -m ratekeeper serve --store URL --rules FILE --rules FILE``: one process, uvicorn
+with httptools and uvloop and ``grpc.aio`` on one event loop), once per store: memory and
+Redis (``--redis-url``, a key prefix and rule names of the run's own; its keys are deleted
+at the end). The rules files hold a rule of 1,000,000,000 per second (never refuses;
+every call is decided and charged) and one of 1 per hour (spent before timing: every
+call is refused), in the native form for ``/v1/check`` and the Envoy form for gRPC.
+
+Peak cases, each loaded for ``--duration`` whole seconds per round:
+
+- ``GET /healthz`` with wrk: the floor of the HTTP stack (no decision);
+- ``POST /v1/check`` with wrk, one check per request, the key changing every request
+  among 10,000; the same with a spent rule (every answer a 429);
+- ``POST /v1/check`` with wrk, ``{"checks": [...]}`` of 100 checks on distinct keys:
+  decisions/s = requests/s x 100;
+- gRPC ``ShouldRateLimit`` with h2load (C, 4 connections x 16 streams, one descriptor
+  value, i.e. one key; the same with a spent descriptor) and with a grpcio asyncio
+  client (64 calls in flight over 2 channels, 10,000 keys in turn).
+
+``--rounds`` rounds go through every case of every store in turn, so a change in the
+machine's load falls on all alike; each case reports its median round. Then two paced
+runs per store (a Python asyncio client sending at a fixed rate, latency measured from
+each call's due time, so a stall is not hidden): ``/v1/check`` at half its peak and
+``ShouldRateLimit`` at half the gRPC peak. With two CPUs or more the service is pinned
+to CPU 0 and every load generator to CPU 1 (``taskset``; ``--no-pin`` leaves placement to
+the kernel); the CPU time of both is read each round.
+
+Before a case is timed it is probed (200 and an allowed decision, 429 for a spent rule;
+gRPC ``OK`` or ``OVER_LIMIT``; a batch of 100 decisions); a case that fails is reported,
+not measured. The targets (memory store): ``/v1/check`` >= 60 % of ``/healthz`` requests/s
+and >= 10,000 decisions/s, batches >= 100,000 decisions/s, gRPC >= 5,000 calls/s, p99 <
+5 ms at half the peak rate, each shown met or missed.
+
+The CLI calls ``add_arguments(parser)`` and ``run(args)``; progress goes to standard
+error, the tables to standard output (and to ``--markdown PATH``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import resource
+import secrets
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+from urllib.parse import quote, urlsplit
+
+from ratekeeper_bench import report
+from ratekeeper_bench.options import choose, count, describe, finish
+from ratekeeper_bench.serve_load import (
+    Load,
+    LoadError,
+    grpc_body,
+    h2load_version,
+    run_client,
+    run_h2load,
+    run_wrk,
+    wrk_script,
+)
+from ratekeeper_bench.serve_service import OPEN_LIMIT, Names, Service, ServiceError, rules_files
+from ratekeeper_bench.web_apps.servers import HOST
+from ratekeeper_bench.web_apps.wrk import wrk_version
+
+__all__ = [
+    "KINDS",
+    "STORES",
+    "Case",
+    "CaseResult",
+    "Kind",
+    "Paced",
+    "ServeBenchResult",
+    "Settings",
+    "add_arguments",
+    "run",
+    "run_serve_bench",
+    "settings_from_args",
+]
+
+DEFAULT_DURATION = 3
+DEFAULT_ROUNDS = 3
+QUICK_DURATION = 1
+QUICK_ROUNDS = 1
+DEFAULT_CONNECTIONS = 32
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+BATCH = 100
+H2LOAD_CLIENTS = 4
+H2LOAD_STREAMS = 16
+GRPC_CONCURRENCY = 64
+GRPC_CHANNELS = 2
+WARM_UP_SECONDS = 1
+STORES = ("memory", "redis")
+
+HEALTHZ_SHARE = 0.60
+CHECK_DECISIONS = 10_000
+BATCH_DECISIONS = 100_000
+GRPC_CALLS = 5_000
+HALF_PEAK_P99_MS = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A kind of peak case: what it sends, with which tool, how many decisions a request makes."""
+
+    name: str
+    label: str
+    tool: str
+    """``wrk``, ``h2load`` or ``client`` (``serve_client``, grpcio asyncio)."""
+    decisions: int
+    denied: bool = False
+
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("healthz", "GET /healthz", "wrk", 0),
+        Kind("check", "POST /v1/check, 1 check, 10,000 keys", "wrk", 1),
+        Kind("check_denied", "POST /v1/check, 1 check, spent rule (429)", "wrk", 1, denied=True),
+        Kind("batch", f"POST /v1/check, {BATCH} checks, distinct keys", "wrk", BATCH),
+        Kind("grpc", "gRPC ShouldRateLimit, h2load, 1 key", "h2load", 1),
+        Kind("grpc_denied", "gRPC ShouldRateLimit, h2load, spent descriptor", "h2load", 1, denied=True),
+        Kind("grpc_keys", "gRPC ShouldRateLimit, grpcio asyncio client, 10,000 keys", "client", 1),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    kind: Kind
+    store: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.store}: {self.kind.label}"
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    load: Load
+    server_cpu: float
+    load_cpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """A case's rounds; its figures are those of its median round (by requests/s)."""
+
+    case: Case
+    rounds: tuple[Round, ...]
+
+    @property
+    def median(self) -> Round:
+        ordered = sorted(self.rounds, key=lambda r: r.load.rate)
+        return ordered[(len(ordered) - 1) // 2]
+
+    @property
+    def rate(self) -> float:
+        return self.median.load.rate
+
+    @property
+    def decision_rate(self) -> float:
+        return self.rate * self.case.kind.decisions
+
+
+@dataclass(frozen=True, slots=True)
+class Paced:
+    """A paced run: ``what`` (``http`` or ``grpc``) at half the ``peak`` of ``store``."""
+
+    what: str
+    store: str
+    peak: float
+    load: Load
+    server_cpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    duration: int = DEFAULT_DURATION
+    rounds: int = DEFAULT_ROUNDS
+    connections: int = DEFAULT_CONNECTIONS
+    warm_up: bool = True
+    pin: bool = True
+    stores: tuple[str, ...] = STORES
+    redis_url: str = DEFAULT_URL
+    prefix: str = ""
+    """Redis key prefix of the run (made up when empty); nothing is left under it."""
+
+
+@dataclass(slots=True)
+class ServeBenchResult:
+    settings: Settings
+    pinned: bool
+    machine: str
+    run_id: str = ""
+    tools: list[str] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    load_before: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    load_after: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    results: list[CaseResult] = field(default_factory=list)
+    paced: list[Paced] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    redis_keys_deleted: int = 0
+
+    def result(self, kind: str, store: str) -> CaseResult | None:
+        return next((r for r in self.results if r.case.kind.name == kind and r.case.store == store), None)
+
+    def grpc_peak(self, store: str) -> float | None:
+        """The best gRPC calls/s of ``store`` (h2load or the Python client), None if neither ran."""
+        rates = [r.rate for k in ("grpc", "grpc_keys") if (r := self.result(k, store)) is not None]
+        return max(rates) if rates else None
+
+    def paced_run(self, what: str, store: str) -> Paced | None:
+        return next((p for p in self.paced if p.what == what and p.store == store), None)
+
+    def targets(self) -> list[tuple[str, str, str, bool | None]]:
+        """(what, measured, threshold, met) for the memory store; met None when not measured."""
+        check, healthz = self.result("check", "memory"), self.result("healthz", "memory")
+        batch = self.result("batch", "memory")
+        share = check.rate / healthz.rate if check and healthz and healthz.rate > 0 else None
+        grpc = self.grpc_peak("memory")
+        out: list[tuple[str, str, str, bool | None]] = [
+            (
+                "/v1/check requests/s over /healthz requests/s",
+                "n/a" if share is None else f"{share:.0%}",
+                f"≥ {HEALTHZ_SHARE:.0%}",
+                None if share is None else share >= HEALTHZ_SHARE,
+            ),
+            (
+                "/v1/check decisions/s (1 check per request)",
+                "n/a" if check is None else report.format_rate(check.decision_rate),
+                f"≥ {CHECK_DECISIONS:,}",
+                None if check is None else check.decision_rate >= CHECK_DECISIONS,
+            ),
+            (
+                f"/v1/check decisions/s ({BATCH} checks per request)",
+                "n/a" if batch is None else report.format_rate(batch.decision_rate),
+                f"≥ {BATCH_DECISIONS:,}",
+                None if batch is None else batch.decision_rate >= BATCH_DECISIONS,
+            ),
+            (
+                "gRPC ShouldRateLimit calls/s (best client)",
+                "n/a" if grpc is None else report.format_rate(grpc),
+                f"≥ {GRPC_CALLS:,}",
+                None if grpc is None else grpc >= GRPC_CALLS,
+            ),
+        ]
+        for what, name in (("http", "/v1/check"), ("grpc", "gRPC ShouldRateLimit")):
+            paced = self.paced_run(what, "memory")
+            p99 = None if paced is None else paced.load.p99_us / 1000
+            out.append(
+                (
+                    f"{name} p99 at half the peak rate",
+                    "n/a" if p99 is None else f"{p99:.2f} ms",
+                    f"< {HALF_PEAK_P99_MS:g} ms",
+                    None if p99 is None else p99 < HALF_PEAK_P99_MS,
+                )
+            )
+        return out
+
+    def to_markdown(self) -> str:
+        return render_markdown(self)
+
+
+# -- probing -------------------------------------------------------------------------------
+
+
+def _grpc_codes(service: Service, names: Names, key: str, value: str, calls: int) -> list[str]:
+    import grpc  # type: ignore[import-untyped]
+    from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[import-untyped]
+
+    from ratekeeper_bench.serve_client import grpc_request
+
+    with grpc.insecure_channel(service.grpc_target) as channel:
+        stub = rls_pb2_grpc.RateLimitServiceStub(channel)
+        answers = [stub.ShouldRateLimit(grpc_request(names.domain, key, value), timeout=10) for _ in range(calls)]
+    return [rls_pb2.RateLimitResponse.Code.Name(a.overall_code) for a in answers]
+
+
+def _probe(case: Case, service: Service, names: Names) -> None:
+    """Check that ``case`` answers what it is meant to, or raise ``ServiceError``; a denied
+    case's rule or descriptor is spent here."""
+    kind = case.kind.name
+    got: object
+    if kind == "healthz":
+        got = service.request("GET", "/healthz")[0]
+        ok = got == 200
+    elif kind == "check":
+        status, doc = service.request("POST", "/v1/check", {"rule": names.open_rule, "key": "k0"})
+        got, ok = (status, doc.get("allowed")), status == 200 and doc.get("allowed") is True
+    elif kind == "check_denied":
+        for _ in range(4):
+            status, doc = service.request("POST", "/v1/check", {"rule": names.denied_rule, "key": "spent"})
+        got, ok = (status, doc.get("allowed")), status == 429 and doc.get("allowed") is False
+    elif kind == "batch":
+        checks = [{"rule": names.open_rule, "key": f"k{i}"} for i in range(BATCH)]
+        status, doc = service.request("POST", "/v1/check", {"checks": checks})
+        got = (status, doc.get("allowed"), len(doc.get("decisions", ())))
+        ok = got == (200, True, BATCH)
+    elif kind in ("grpc", "grpc_keys"):
+        got = _grpc_codes(service, names, names.open_key, "k0", 2)
+        ok = got == ["OK", "OK"]
+    elif kind == "grpc_denied":
+        got = _grpc_codes(service, names, names.denied_key, "spent", 4)[1:]
+        ok = got == ["OVER_LIMIT"] * 3
+    else:  # pragma: no cover - KINDS is closed
+        raise AssertionError(kind)
+    if not ok:
+        raise ServiceError(f"the probe of {case.label} answered {got!r}")
+
+
+# -- measuring -----------------------------------------------------------------------------
+
+
+def _measure(case: Case, service: Service, names: Names, settings: Settings, seconds: int, cpu: int | None) -> Load:
+    kind = case.kind.name
+    url = f"http://{HOST}:{service.http_port}"
+    if case.kind.tool == "wrk":
+        script = wrk_script(
+            {"check_denied": "denied"}.get(kind, kind),
+            names.denied_rule if case.kind.denied else names.open_rule,
+            BATCH,
+        )
+        path = "/healthz" if kind == "healthz" else "/v1/check"
+        return run_wrk(url + path, script, seconds=seconds, connections=settings.connections, cpu=cpu)
+    if case.kind.tool == "h2load":
+        body = grpc_body(names.domain, *((names.denied_key, "spent") if case.kind.denied else (names.open_key, "k0")))
+        return run_h2load(
+            service.grpc_target,
+            body,
+            seconds=seconds,
+            clients=H2LOAD_CLIENTS,
+            streams=H2LOAD_STREAMS,
+            warm_up=WARM_UP_SECONDS if settings.warm_up else 0,
+            cpu=cpu,
+        )
+    arguments = [
+        "grpc-peak", "--target", service.grpc_target, "--domain", names.domain, "--key", names.open_key,
+        "--channels", str(GRPC_CHANNELS), "--concurrency", str(GRPC_CONCURRENCY), "--seconds", str(seconds),
+    ]  # fmt: skip
+    return run_client(arguments, seconds=seconds, cpu=cpu)
+
+
+def _timed(service: Service, load: Callable[[], Load]) -> Round:
+    """Run ``load`` and read the CPU time the service and the load generator used meanwhile."""
+    cpu_before = service.cpu_seconds()
+    # The load generator is the only child that ends during the run: the children's usage is its own.
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    measured = load()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server = service.cpu_seconds() - cpu_before
+    loader = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    seconds = measured.seconds if measured.seconds > 0 else 1.0
+    return Round(measured, server / seconds, loader / seconds)
+
+
+def _summary(r: Round, kind: Kind) -> str:
+    load = r.load
+    text = f"{report.format_rate(load.rate)} req/s"
+    if kind.decisions > 1:
+        text += f" ({report.format_rate(load.rate * kind.decisions)} decisions/s)"
+    text += (
+        f", p50 {load.p50_us / 1000:.2f} ms, p99 {load.p99_us / 1000:.2f} ms, "
+        f"server CPU {r.server_cpu:.0%}, load CPU {r.load_cpu:.0%}"
+    )
+    if load.refused:
+        text += f", refused {report.format_fraction(load.refused / max(1, load.requests))}"
+    if load.errors:
+        text += f", {load.errors} errors"
+    return text
+
+
+def _paced(
+    what: str, store: str, peak: float, service: Service, names: Names, settings: Settings, cpu: int | None
+) -> Paced:
+    rate = max(1.0, peak / 2)
+    if what == "http":
+        arguments = [
+            "http-paced", "--port", str(service.http_port), "--rule", names.open_rule,
+            "--connections", str(settings.connections),
+        ]  # fmt: skip
+    else:
+        arguments = [
+            "grpc-paced", "--target", service.grpc_target, "--domain", names.domain, "--key", names.open_key,
+            "--channels", str(GRPC_CHANNELS),
+        ]  # fmt: skip
+    arguments += ["--rate", f"{rate:.1f}", "--seconds", str(settings.duration)]
+    r = _timed(service, lambda: run_client(arguments, seconds=settings.duration, cpu=cpu))
+    return Paced(what, store, peak, r.load, r.server_cpu)
+
+
+def _store_url(settings: Settings, store: str, prefix: str) -> str:
+    if store == "memory":
+        return "memory://"
+    joiner = "&" if "?" in settings.redis_url else "?"
+    return f"{settings.redis_url}{joiner}prefix={quote(prefix, safe='')}"
+
+
+def _versions() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for name in ("ratekeeper", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "xds-protos", "redis"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _redis_reachable(url: str) -> str | None:
+    parts = urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2.0):
+            return None
+    except OSError as exc:
+        return f"Redis is not reachable at {url}: {describe(exc)}"
+
+
+def _skip_reason(kind: Kind, store: str, redis_down: str | None, h2load: str | None) -> str | None:
+    if store == "redis" and redis_down:
+        return redis_down
+    if kind.tool == "h2load" and h2load is None:
+        return "h2load is not installed (Debian: apt-get install nghttp2-client)"
+    return None
+
+
+def run_serve_bench(
+    settings: Settings, out: TextIO, progress: bool, progress_stream: TextIO | None = None
+) -> ServeBenchResult:
+    """Run every case on every chosen store; the Markdown report goes to ``out``.
+
+    Raises ``RuntimeError`` when wrk is missing. A case that cannot run here (Redis down,
+    h2load missing) is listed as skipped; one that fails (no start, wrong probe, a load
+    generator's error) as a failure.
+    """
+    if settings.duration < 1 or settings.rounds < 1:
+        raise ValueError("duration (whole seconds) and rounds must be at least 1")
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise RuntimeError("wrk is not installed (Debian: apt-get install wrk)")
+    h2load = h2load_version()
+    pinned = settings.pin and (os.cpu_count() or 1) >= 2 and shutil.which("taskset") is not None
+    server_cpu, load_cpu = (0, 1) if pinned else (None, None)
+    run_id = secrets.token_hex(4)
+    names = Names(run_id)
+    prefix = settings.prefix or f"rk-bench-serve-{run_id}:"
+    result = ServeBenchResult(
+        settings=settings,
+        pinned=pinned,
+        machine=f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
+        f"{os.cpu_count()} CPUs",
+        run_id=run_id,
+        tools=[wrk_version(wrk), *([h2load] if h2load else [])],
+        versions=_versions(),
+        load_before=os.getloadavg(),
+    )
+    redis_down = _redis_reachable(settings.redis_url) if "redis" in settings.stores else None
+    cases: list[Case] = []
+    for store in settings.stores:
+        for kind in KINDS.values():
+            reason = _skip_reason(kind, store, redis_down, h2load)
+            if reason is None:
+                cases.append(Case(kind, store))
+            else:
+                result.skipped.append((Case(kind, store).label, reason))
+    live_stores = [s for s in settings.stores if any(c.store == s for c in cases)]
+    bar = report.Progress(
+        progress_stream if progress_stream is not None else sys.stderr,
+        len(cases) * settings.rounds + 2 * len(live_stores),
+        enabled=progress,
+    )
+    for label, reason in result.skipped:
+        bar.note(f"skipping {label}: {reason}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="rk-bench-serve-") as tmp, ExitStack() as stop:
+            rules = rules_files(names, Path(tmp))
+            services: dict[str, Service] = {}
+            for store in live_stores:
+                service = Service(
+                    _store_url(settings, store, prefix), rules, Path(tmp) / f"serve-{store}.log", cpu=server_cpu
+                )
+                service.start()
+                stop.callback(service.stop)
+                services[store] = service
+            rounds: dict[Case, list[Round]] = {}
+            for case in cases:
+                service = services[case.store]
+                try:
+                    service.wait_ready()
+                    _probe(case, service, names)
+                    if settings.warm_up and case.kind.tool != "h2load":  # h2load warms up itself
+                        _measure(case, service, names, settings, WARM_UP_SECONDS, load_cpu)
+                except (ServiceError, LoadError, OSError, RuntimeError) as exc:
+                    result.failures.append((case.label, describe(exc)))
+                    bar.note(f"{case.label}: failed: {describe(exc)}")
+                    for _ in range(settings.rounds):
+                        bar.finish(case.label, "failed")
+                    continue
+                rounds[case] = []
+            for n in range(1, settings.rounds + 1):
+                for case in list(rounds):
+                    label = f"{case.label}, round {n}/{settings.rounds}"
+                    bar.start(label)
+                    service = services[case.store]
+                    try:
+                        measured = _timed(
+                            service,
+                            lambda: _measure(case, service, names, settings, settings.duration, load_cpu),  # noqa: B023
+                        )
+                    except (LoadError, OSError) as exc:
+                        result.failures.append((case.label, describe(exc)))
+                        bar.note(f"{label}: failed: {describe(exc)}")
+                        for _ in range(n, settings.rounds + 1):
+                            bar.finish(label, "failed")
+                        del rounds[case]
+                        continue
+                    rounds[case].append(measured)
+                    bar.finish(label, _summary(measured, case.kind))
+            result.results = [CaseResult(case, tuple(rs)) for case, rs in rounds.items()]
+            for store in live_stores:
+                check = result.result("check", store)
+                for what in ("http", "grpc"):
+                    label = f"{store}: {what} paced at half its peak"
+                    peak = result.grpc_peak(store) if what == "grpc" else (check.rate if check else None)
+                    if not peak:
+                        bar.finish(label, "not run (no peak measured)")
+                        continue
+                    bar.start(label)
+                    try:
+                        paced = _paced(what, store, peak, services[store], names, settings, load_cpu)
+                    except (LoadError, OSError) as exc:
+                        result.failures.append((label, describe(exc)))
+                        bar.finish(label, f"failed: {describe(exc)}")
+                        continue
+                    result.paced.append(paced)
+                    bar.finish(
+                        label,
+                        f"{report.format_rate(paced.load.rate)} of {report.format_rate(paced.load.rate_asked)} "
+                        f"req/s, p50 {paced.load.p50_us / 1000:.2f} ms, p99 {paced.load.p99_us / 1000:.2f} ms",
+                    )
+    finally:
+        bar.close()
+        if "redis" in settings.stores and redis_down is None:
+            from ratekeeper_bench.redis import cleanup
+
+            result.redis_keys_deleted = cleanup(settings.redis_url, prefix)
+        result.load_after = os.getloadavg()
+    out.write(result.to_markdown())
+    out.flush()
+    return result
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.2f}"
+
+
+def render_markdown(result: ServeBenchResult) -> str:
+    """The report: machine and settings, the peak table, the paced table, the targets."""
+    s = result.settings
+    versions = ", ".join(f"{name} {version}" for name, version in result.versions.items())
+    placement = (
+        "the service pinned to CPU 0 and every load generator to CPU 1 with `taskset`"
+        if result.pinned
+        else "no pinning (the kernel places the service and the load generators)"
+    )
+    lb, la = result.load_before, result.load_after
+    out = [
+        "## The service (`ratekeeper bench serve`)",
+        "",
+        f"{result.machine}; {'; '.join(result.tools)}; {versions}.",
+        "",
+        f"`ratekeeper serve` (one process: uvicorn with httptools and uvloop, `grpc.aio`, one event loop) on "
+        f"each store, {placement}. {s.duration} s per round, {s.rounds} round(s) per case taken in turn, the "
+        f"median round reported{'; 1 s of load per case before the rounds' if s.warm_up else ''}. wrk: 1 thread, "
+        f"{s.connections} connections. h2load: {H2LOAD_CLIENTS} connections x {H2LOAD_STREAMS} streams. grpcio "
+        f"client: {GRPC_CONCURRENCY} calls in flight over {GRPC_CHANNELS} channels. Rules: {OPEN_LIMIT:,}/s (never "
+        "refuses; each call decided and charged) and 1/hour spent before timing (*spent*: every answer refused). "
+        "*decisions/s* = requests/s x checks per request; *refused*: share of 429 / `OVER_LIMIT` answers "
+        "(h2load does not read gRPC trailers: its spent case is probed, not counted); *server CPU*, *load "
+        "CPU*: CPU time of the service and of the load generator over the round's wall time.",
+        "",
+        f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
+        f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
+        "",
+    ]
+    busy = [r for r in result.results if r.median.server_cpu < 0.9]
+    if busy:
+        lowest = min(r.median.server_cpu for r in busy)
+        out += [
+            f"> **The service did not have its CPU to itself**: in {len(busy)} of {len(result.results)} cases its "
+            f"CPU share in the median round was under 90 % (lowest {lowest:.0%}): other processes took CPU 0, or "
+            "the load generator could not keep the service busy. Rates are low and ratios noisy there.",
+            "",
+        ]
+    out += [
+        "### Peak",
+        "",
+        "| store | case | requests/s | decisions/s | p50 ms | p99 ms | refused | server CPU | load CPU "
+        "| rounds, requests/s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in result.results:
+        load = r.median.load
+        errors = f", {load.errors} errors" if load.errors else ""
+        decisions = report.format_rate(r.decision_rate) if r.case.kind.decisions else "-"
+        refused = report.format_fraction(load.refused / max(1, load.requests))
+        if r.case.kind.tool == "h2load":
+            refused = "probed" if r.case.kind.denied else "n/a"
+        out.append(
+            f"| {r.case.store} | {r.case.kind.label} | {report.format_rate(load.rate)} | {decisions} | "
+            f"{_ms(load.p50_us)} | {_ms(load.p99_us)} | {refused}{errors} | {r.median.server_cpu:.0%} | "
+            f"{r.median.load_cpu:.0%} | {', '.join(report.format_rate(x.load.rate) for x in r.rounds)} |"
+        )
+    out += [f"| | {label} | failed | | | | | | | {error} |" for label, error in result.failures]
+    out += [
+        "",
+        "### Latency at half the peak rate",
+        "",
+        "A Python asyncio client (uvloop) sends at a fixed rate, half the store's peak (`/v1/check`: the "
+        "1-check case; gRPC: the best gRPC case), for the round's duration; a call's latency runs from the "
+        "moment it was due, so a stall of the service or of the client counts.",
+        "",
+        "| store | calls | peak/s | asked/s | achieved/s | p50 ms | p99 ms | max ms | errors | server CPU |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for p in result.paced:
+        what = f"POST /v1/check ({s.connections} connections)" if p.what == "http" else "gRPC ShouldRateLimit"
+        out.append(
+            f"| {p.store} | {what} | {report.format_rate(p.peak)} | {report.format_rate(p.load.rate_asked)} | "
+            f"{report.format_rate(p.load.rate)} | {_ms(p.load.p50_us)} | {_ms(p.load.p99_us)} | "
+            f"{_ms(p.load.max_us)} | {p.load.errors} | {p.server_cpu:.0%} |"
+        )
+    out += [
+        "",
+        "### Targets (memory store)",
+        "",
+        "| target | measured | threshold | met |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for what, measured, threshold, met in result.targets():
+        verdict = "not measured" if met is None else ("met" if met else "**missed**")
+        out.append(f"| {what} | {measured} | {threshold} | {verdict} |")
+    out.append("")
+    if result.skipped:
+        out += ["Not measured:", ""]
+        out += [f"- {label}: {reason}" for label, reason in result.skipped]
+        out.append("")
+    if result.redis_keys_deleted:
+        out += [f"The run's {result.redis_keys_deleted} Redis key(s) were deleted at its end.", ""]
+    return "\n".join(out) + "\n"
+
+
+# -- command line --------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``ratekeeper bench serve`` to ``parser``."""
+    parser.add_argument(
+        "--duration",
+        type=count(1),
+        default=None,
+        metavar="SECONDS",
+        help=f"whole seconds per case and round (default {DEFAULT_DURATION}; {QUICK_DURATION} with --quick)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help=f"rounds per case, the median reported (default {DEFAULT_ROUNDS}; {QUICK_ROUNDS} with --quick)",
+    )
+    parser.add_argument(
+        "--connections", type=count(1), default=DEFAULT_CONNECTIONS, metavar="N", help="wrk -c (default 32)"
+    )
+    parser.add_argument(
+        "--store",
+        action="append",
+        dest="stores",
+        choices=STORES,
+        metavar="NAME",
+        help=f"measure only this store (repeatable): {', '.join(STORES)}",
+    )
+    parser.add_argument(
+        "--redis-url", default=DEFAULT_URL, metavar="URL", help=f"Redis for the redis store ({DEFAULT_URL})"
+    )
+    parser.add_argument(
+        "--no-pin", action="store_false", dest="pin", help="do not pin the service to CPU 0 and the load to CPU 1"
+    )
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
+    parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
+    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    quick: bool = args.quick
+    return Settings(
+        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
+        rounds=args.rounds if args.rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+        connections=args.connections,
+        warm_up=not quick,
+        pin=args.pin,
+        stores=choose(args.stores, STORES, "store"),
+        redis_url=args.redis_url,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a case
+    failed, 2 when wrk is missing."""
+    try:
+        result = run_serve_bench(settings_from_args(args), sys.stdout, args.progress)
+    except RuntimeError as exc:
+        print(f"ratekeeper bench serve: {exc}", file=sys.stderr)
+        return 2
+    return finish(result, args.markdown)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ratekeeper bench serve", description=__doc__.split("\n\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
