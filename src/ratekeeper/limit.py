@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ratekeeper.errors import InvalidLimit
 
-__all__ = ["ACCEPTED_FORMS", "Limit", "parse_duration"]
+__all__ = ["ACCEPTED_FORMS", "MAX_COUNT", "Limit", "parse_duration"]
 
 _US_PER_UNIT: dict[str, int] = {}
 for _names, _us in (
@@ -30,11 +30,15 @@ ACCEPTED_FORMS = (
 
 _LIMIT_RE = re.compile(
     r"^\s*(?P<count>\d+)\s*(?:/|\s+per\s+)\s*(?P<amount>\d+(?:\.\d+)?)?\s*(?P<unit>[a-zµ]+)\s*$",
-    re.IGNORECASE,
+    re.IGNORECASE | re.ASCII,  # ASCII digits only: "٣/s" is not a limit
 )
-_DURATION_RE = re.compile(r"^\s*(?P<amount>\d+(?:\.\d+)?)?\s*(?P<unit>[a-zµ]+)\s*$", re.IGNORECASE)
+_DURATION_RE = re.compile(r"^\s*(?P<amount>\d+(?:\.\d+)?)?\s*(?P<unit>[a-zµ]+)\s*$", re.IGNORECASE | re.ASCII)
 
 MAX_PERIOD_US = 10 * 366 * 86_400_000_000  # ten years: keeps every derived time below 2**53
+MAX_COUNT = 1 << 50
+"""The largest count (and burst) of a limit: every store decides it exactly, for every
+algorithm (Lua numbers are doubles, exact below 2**53, and a count, what was counted and a
+cost are added together). The bucket algorithms bound ``capacity x period / count`` too."""
 
 
 def _unit_us(unit: str, text: str) -> int:
@@ -78,6 +82,11 @@ class Limit:
     def __post_init__(self) -> None:
         if type(self.count) is not int or self.count < 1:
             raise InvalidLimit(f"a limit's count must be a positive integer, got {self.count!r}")
+        if self.count > MAX_COUNT:
+            raise InvalidLimit(
+                f"a limit's count may be at most 2**50 ({MAX_COUNT}), the largest every store decides "
+                f"exactly, got {self.count}"
+            )
         period = self.period
         if isinstance(period, bool) or not isinstance(period, int | float) or not math.isfinite(period):
             raise InvalidLimit(f"a limit's period must be a positive number of seconds, got {period!r}")
@@ -90,6 +99,11 @@ class Limit:
             raise InvalidLimit(f"a limit's period may be at most ten years, got {period!r} seconds")
         if self.burst is not None and (type(self.burst) is not int or self.burst < 1):
             raise InvalidLimit(f"a limit's burst must be a positive integer, got {self.burst!r}")
+        if self.burst is not None and self.burst > MAX_COUNT:
+            raise InvalidLimit(
+                f"a limit's burst may be at most 2**50 ({MAX_COUNT}), the largest every store decides "
+                f"exactly, got {self.burst}"
+            )
         object.__setattr__(self, "period_us", period_us)
 
     @classmethod
