@@ -23,6 +23,7 @@ __all__ = [
     "batch_ops",
     "batch_result",
     "check",
+    "check_lease_id",
     "check_timeout",
     "new_lease_id",
     "plan_for",
@@ -154,9 +155,34 @@ def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecisi
     return BatchDecision(decisions)
 
 
+MAX_LEASE_ID_LENGTH = 128
+
+
+def check_lease_id(lease_id: object) -> None:
+    """Refuse a lease id no store could have issued, the same on every store: not a str,
+    empty, longer than ``MAX_LEASE_ID_LENGTH``, or holding NUL or a lone surrogate (which
+    PostgreSQL's text and UTF-8 cannot hold). An id of the right form that is not held
+    (released, expired, never issued) is released harmlessly."""
+    if type(lease_id) is not str:
+        raise InvalidRequest(
+            f"lease_id must be the str of a Decision's lease_id (or Lease.id), got {type(lease_id).__name__} "
+            f"{lease_id!r}"
+        )
+    if not lease_id or len(lease_id) > MAX_LEASE_ID_LENGTH or "\x00" in lease_id:
+        raise InvalidRequest(
+            f"lease_id {lease_id!r} cannot be a lease id: one is a non-empty str of at most "
+            f"{MAX_LEASE_ID_LENGTH} characters without NUL, as a Decision's lease_id (or Lease.id) gives it"
+        )
+    bad = unencodable_at(lease_id)
+    if bad is not None:
+        raise InvalidRequest(f"lease_id {lease_id!r} holds a lone surrogate at index {bad}: it cannot be a lease id")
+
+
 def refund_op(rule: Rule, key: str, cost: int, lease_id: str | None) -> Op | None:
     """Check a refund and make its op (None: the key is not limited, nothing to give back)."""
     check(rule, key, cost)
+    if lease_id is not None:
+        check_lease_id(lease_id)
     plan = plan_for(rule, key)
     if plan is None:
         return None
