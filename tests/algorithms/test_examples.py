@@ -122,7 +122,7 @@ def test_auth_create_token_spread_calls_retry_when_the_first_leaves_the_window()
     [
         ("fixed_window", 3 * S, 3 * S),
         ("sliding_window_log", 3 * S, 3 * S),
-        ("sliding_window_counter", 6 * S, 6 * S),
+        ("sliding_window_counter", 3 * S + 1, 3 * S + 1),
         ("token_bucket", 3 * S, 3 * S),
         ("gcra", 3 * S, 3 * S),
         ("leaky_bucket", 3 * S, 3 * S),
@@ -135,8 +135,8 @@ def test_one_per_three_seconds_admits_one_then_refuses_until_retry(
     """ "1/3s": the first request passes (remaining 0), a second at the same instant is refused
     with retry_after 3 s, is still refused 1 µs before it and passes exactly then.
 
-    The sliding window counter says 6 s: with a limit of 1, the previous window's request
-    weighs ``1 * (3 s - elapsed) / 3 s > 0`` until the next window is over.
+    The sliding window counter says 3 s + 1 µs: the previous window's request counts
+    ``floor(1 * (3 s - elapsed) / 3 s)``, which is 0 from 1 µs into the next window.
     """
     key = Key(Rule("one", "1/3s", algorithm))
     first = key.hit(T0)
@@ -196,7 +196,7 @@ def test_concurrency_one_per_three_seconds_passes_again_when_the_lease_is_releas
     [
         ("fixed_window", 100 * MS, 100 * MS, [0] * 10),
         ("sliding_window_log", 100 * MS, 100 * MS, [0] * 10),
-        ("sliding_window_counter", 110 * MS, 200 * MS, [0] * 10),
+        ("sliding_window_counter", 100 * MS + 1, 190 * MS + 1, [0] * 10),
         ("token_bucket", 10 * MS, 100 * MS, [0] * 10),
         ("gcra", 10 * MS, 100 * MS, [0] * 10),
         ("leaky_bucket", 10 * MS, 100 * MS, [i * 10 * MS for i in range(10)]),
@@ -208,7 +208,8 @@ def test_ten_per_hundred_milliseconds(algorithm: str, retry_us: int, last_reset_
     with a sub-second retry_after, never rounded to whole seconds.
 
     The windows wait for the whole 100 ms; the meters refill one unit per 10 ms; the leaky
-    bucket delays the ten 10 ms apart; the counter needs 110 ms (the next window at 10 %).
+    bucket delays the ten 10 ms apart; the counter needs 100 ms + 1 µs (the next window,
+    where the ten count ``floor(10 * 99.999 / 100) = 9``) and is whole once they count 0.
     """
     key = Key(Rule("fast", "10/100ms", algorithm))
     decisions = [key.hit(T0) for _ in range(10)]
@@ -398,17 +399,19 @@ def test_concurrency_weighted_lease() -> None:
 
 
 def test_sliding_window_counter_weights_the_previous_window() -> None:
-    """ "10/10s": 6 requests in one window; 2.5 s into the next the estimate is
-    6 * 0.75 = 4.5. Cost 5 passes (9.5, remaining 0), one more is refused (10.5) and passes
-    once the previous window weighs at most 4: at 3 333 334 µs into the window
-    (retry_after 0.833334 s), since 6 * (1 - 3.333334/10) + 6 <= 10."""
+    """ "10/10s": 6 requests in one window; 2.5 s into the next they count
+    ``floor(6 * 0.75) = floor(4.5) = 4``. Cost 5 passes (9, remaining 1), one more passes
+    (10, remaining 0), the next is refused and passes once the previous window counts at
+    most 3: ``6 * (10 s - e) < 4 * 10 s`` from e = 3 333 334 µs into the window
+    (retry_after 0.833334 s)."""
     key = Key(Rule("api", "10/10s", "sliding_window_counter"))
     for _ in range(6):
         assert key.hit(T0 + 5 * S).allowed
     now = T0 + 12_500 * MS
     five = key.hit(now, cost=5)
-    assert (True, 0) == (five.allowed, five.remaining)
-    assert 17.5 == five.reset_after
+    assert (True, 1) == (five.allowed, five.remaining)
+    assert 15.500001 == five.reset_after  # the 5 count 0 from 8 s + 1 µs into the next window
+    assert (True, 0) == (key.hit(now).allowed, key.peek(now, cost=0).remaining)
 
     one = key.hit(now)
     assert (False, 0, 833_334) == (one.allowed, one.remaining, one.retry_us)
@@ -417,18 +420,35 @@ def test_sliding_window_counter_weights_the_previous_window() -> None:
 
 
 def test_sliding_window_counter_full_previous_window_readmits_one_per_tenth() -> None:
-    """ "10/10s" with 10 requests in the previous window: at the start of the next one the
-    estimate is 10 and a request is refused with retry_after 1 s (when 10 * 0.9 + 1 <= 10);
-    the previous window then frees one unit per second."""
+    """ "10/10s" with 10 requests in the previous window: at the start of the next one they
+    count 10 and a request is refused; 1 µs later they count ``floor(9.999999) = 9`` and
+    it passes; the previous window then frees one unit per second."""
     key = Key(Rule("api", "10/10s", "sliding_window_counter"))
     for _ in range(10):
         key.hit(T0)
     refused = key.hit(T0 + 10 * S)
-    assert (False, 1.0) == (refused.allowed, refused.retry_after)
+    assert (False, 1) == (refused.allowed, refused.retry_us)
     assert key.hit(T0 + 11 * S).allowed
     assert not key.hit(T0 + 11 * S).allowed
     assert 0 == key.peek(T0 + 11 * S, cost=0).remaining
     assert 1 == key.peek(T0 + 12 * S, cost=0).remaining
+
+
+def test_sliding_window_counter_reproduces_the_chapters_worked_example() -> None:
+    """The system-design chapter's example (issue 9, item 7): limit 7 per minute, 5 requests
+    in the previous minute, 3 in the current one; a request 30 % into the minute counts
+    ``3 + 5 * 0.7 = 6.5``, rounded down to 6, and is admitted; the next is refused."""
+    key = Key(Rule("chapter", "7/minute", "sliding_window_counter"))
+    minute = 60 * S
+    start = T0 - T0 % minute + minute  # a minute's first µs
+    for _ in range(5):
+        assert key.hit(start - minute).allowed
+    for _ in range(3):  # 10 s in: the 5 count floor(5 * 50 / 60) = 4, so 4 + 3 <= 7
+        assert key.hit(start + 10 * S).allowed
+    at = start + 18 * S  # 30 % into the minute
+    admitted = key.hit(at)
+    assert (True, 0) == (admitted.allowed, admitted.remaining)
+    assert not key.hit(at).allowed
 
 
 def test_sliding_window_counter_forgets_windows_older_than_the_previous() -> None:

@@ -1,16 +1,23 @@
 """Sliding window counter: the previous and the current window's counts, weighted.
 
-State: ``(window_0, previous_0, current_0, ...)``, one triple per limit. The estimate at
-``now`` is ``previous * ((period - elapsed) / period) + current``, with ``elapsed`` the
-time since the current window began; a request is admitted when the estimate plus its
-cost is at most the count. Approximate (it assumes the previous window's requests were
-spread evenly), two numbers per limit. The float operations are written in one order
-that every store repeats, so the decisions agree bit for bit.
+State: ``(window_0, previous_0, current_0, ...)``, one triple per limit. The count at
+``now`` is the current window's count plus the previous window's weighted by the part of
+it the sliding window still covers, rounded down::
+
+    counted = current + floor(previous * (period - elapsed) / period)
+
+with ``elapsed`` the time since the current window began; a request is admitted when
+``counted + cost`` is at most the limit's count. This is the convention of the
+system-design chapter this library follows: limit 7 per minute, 5 requests in the
+previous minute and 3 in the current one, a request 30 % into the minute counts
+``3 + floor(5 x 0.7) = 3 + floor(3.5) = 6`` and is admitted (6 + 1 <= 7); the next one
+counts ``4 + 3 = 7`` and is refused. Approximate (it assumes the previous window's
+requests were spread evenly), two numbers per limit, and exact integer arithmetic, which
+every store repeats (Lua with an exact multiply-divide, PostgreSQL in ``numeric``).
 """
 
 from __future__ import annotations
 
-from math import ceil, floor
 from typing import Any
 
 from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
@@ -22,8 +29,12 @@ __all__ = ["SlidingWindowCounter"]
 _make = Decision.make
 
 
-def _estimate(prev: int, curr: int, elapsed: int, period: int) -> float:
-    return prev * ((period - elapsed) / period) + curr
+def _counted(prev: int, curr: int, elapsed: int, period: int) -> int:
+    """``curr + floor(prev * (period - elapsed) / period)``: what the window holds at
+    ``elapsed`` (the previous count whole when the clock stepped back before the window)."""
+    if elapsed <= 0:
+        return curr + prev
+    return curr + prev * (period - elapsed) // period
 
 
 def _window(state: State, i: int, now: int, period: int) -> int:
@@ -45,21 +56,29 @@ def _counts(state: State, i: int, window: int) -> tuple[int, int]:
 
 
 def _whole_after(window: int, period: int, now: int, prev: int, curr: int) -> int:
-    """µs until the estimate is 0: the current count weighs until the end of the next window."""
+    """µs until nothing is counted: a count ``c`` of the window before counts
+    ``floor(c * (period - e) / period)``, which is 0 from ``e = period + 1 - ceil(period / c)``
+    on; so the current count weighs into the next window, the previous one into this."""
     if curr > 0:
-        return (window + 2) * period - now
-    return (window + 1) * period - now if prev > 0 else 0
+        return (window + 2) * period + 1 - (-(-period // curr)) - now
+    if prev > 0:
+        return max(0, (window + 1) * period + 1 - (-(-period // prev)) - now)
+    return 0
 
 
 def _first_admitting(prev: int, curr: int, start: int, period: int, cost: int, limit: int) -> int:
     """The first µs ``t >= start`` (inside the window beginning at ``start``) where
-    ``_estimate(prev, curr, t - start) + cost <= limit``; the caller ensures one exists."""
-    if prev == 0:
+    ``_counted(prev, curr, t - start) + cost <= limit``; the caller ensures one exists
+    (``curr + cost <= limit``).
+
+    With ``x = limit - curr - cost >= 0``: ``floor(prev * (period - e) / period) <= x``
+    holds exactly when ``prev * (period - e) < (x + 1) * period``, so the first such
+    ``e`` is ``period + 1 - ceil((x + 1) * period / prev)`` (at least 0).
+    """
+    x = limit - curr - cost
+    if x >= prev:  # the whole previous count fits already
         return start
-    elapsed = max(0, ceil(period - (limit - curr - cost) * period / prev))
-    while elapsed < period and _estimate(prev, curr, elapsed, period) + cost > limit:
-        elapsed += 1
-    return start + elapsed
+    return start + period + 1 - (-(-(x + 1) * period // prev))
 
 
 def _retry(prev: int, curr: int, start: int, period: int, cost: int, limit: int, now: int) -> int:
@@ -88,25 +107,25 @@ class SlidingWindowCounter(Algorithm):
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
         specs = plan.specs
-        seen: list[tuple[int, int, int, float]] = []
+        seen: list[tuple[int, int, int, int]] = []
         denied = -1
         retry = 0
         for i, (limit, period) in enumerate(specs):
             window = _window(state, i, now, period)
             prev, curr = _counts(state, i, window)
             start = window * period
-            estimate = _estimate(prev, curr, now - start, period)
-            if estimate + cost > limit:
+            counted = _counted(prev, curr, now - start, period)
+            if counted + cost > limit:
                 r = _retry(prev, curr, start, period, cost, limit, now)
                 if denied < 0 or later(r, retry):
                     denied, retry = i, r
-            seen.append((window, prev, curr, estimate))
+            seen.append((window, prev, curr, counted))
         charged = cost if denied < 0 else 0
         remaining: list[int] = []
         resets: list[int] = []
         new: list[int] = []
-        for (limit, period), (window, prev, curr, estimate) in zip(specs, seen, strict=True):
-            remaining.append(max(0, floor(limit - (estimate + charged))))
+        for (limit, period), (window, prev, curr, counted) in zip(specs, seen, strict=True):
+            remaining.append(max(0, limit - (counted + charged)))
             current = curr + charged
             resets.append(_whole_after(window, period, now, prev, current))
             new += (window, prev, current)
@@ -123,15 +142,16 @@ class SlidingWindowCounter(Algorithm):
             window = _window(state, 0, now, period)
             prev, curr = _counts(state, 0, window)
             start = window * period
-            estimate = prev * ((period - (now - start)) / period) + curr
-            if estimate + cost > limit:
+            elapsed = now - start
+            counted = curr + prev * (period - elapsed) // period if elapsed > 0 else curr + prev
+            if counted + cost > limit:
                 retry = _retry(prev, curr, start, period, cost, limit, now)
-                left = floor(limit - (estimate + 0))
+                left = limit - counted
                 reset = _whole_after(window, period, now, prev, curr)
                 return state, Decision(
                     (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None, None)
                 )
-            left = floor(limit - (estimate + cost))
+            left = limit - (counted + cost)
             current = curr + cost
             reset = _whole_after(window, period, now, prev, current)
             decision = Decision((name, limits, True, -1, 0, 0, (left if left > 0 else 0,), (reset,), None, None))

@@ -13,36 +13,37 @@
 --   refund    false: decide; true: give back cost to the current window (reply is NULL)
 -- Returns new_state / new_leases (the state to keep) and reply (the wire format's fields:
 -- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
--- The estimate is prev * ((period - elapsed) / period) + curr in double precision, with
--- the same operations in the same order as the Python reference (IEEE doubles both), so
--- the decisions agree bit for bit.
+-- The count at now is curr + floor(prev * (period - elapsed) / period), rounded down as the
+-- system-design chapter does (7 per minute, 5 before and 3 now, 30 % in: 3 + floor(3.5) = 6,
+-- so one more is admitted); a request is admitted when count + cost <= limit. Exact
+-- integer arithmetic in numeric, as the Python reference.
 
--- _estimate
-CREATE OR REPLACE FUNCTION @schema@.rk_swc_estimate(prev numeric, curr numeric, elapsed numeric, period numeric)
-RETURNS double precision LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
-$$ SELECT prev::float8 * ((period - elapsed)::float8 / period::float8) + curr::float8 $$;
+-- an earlier version's float estimate, no longer used
+DROP FUNCTION IF EXISTS @schema@.rk_swc_estimate(numeric, numeric, numeric, numeric);
 
--- _first_admitting: the first µs t >= start where estimate + cost <= limit (one exists).
+-- _counted (the previous count whole when the clock stepped back before the window)
+CREATE OR REPLACE FUNCTION @schema@.rk_swc_counted(prev numeric, curr numeric, elapsed numeric, period numeric)
+RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN elapsed <= 0 THEN curr + prev
+               ELSE curr + @schema@.rk_fdiv(prev * (period - elapsed), period) END $$;
+
+-- _first_admitting: the first µs t >= start where count + cost <= limit (one exists, as
+-- curr + cost <= limit): with x = limit - curr - cost, start + period + 1 -
+-- ceil((x + 1) * period / prev), or start when x >= prev.
 CREATE OR REPLACE FUNCTION @schema@.rk_swc_first(
     prev numeric, curr numeric, start numeric, period bigint, cost bigint, lim bigint)
-RETURNS numeric LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-    q float8;
-    elapsed numeric;
-BEGIN
-    IF prev = 0 THEN
-        RETURN start;
-    END IF;
-    -- Python's int / int is the correctly rounded quotient: numeric with 40 decimals, then
-    -- rounded once to a double, gives that same double.
-    q := (((lim - curr - cost) * period)::numeric(1000, 40) / prev)::float8;
-    elapsed := greatest(0, ceil(period::float8 - q)::numeric);
-    WHILE elapsed < period AND @schema@.rk_swc_estimate(prev, curr, elapsed, period) + cost::float8 > lim::float8 LOOP
-        elapsed := elapsed + 1;
-    END LOOP;
-    RETURN start + elapsed;
-END
-$$;
+RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN lim - curr - cost >= prev THEN start
+               ELSE start + period + 1 - @schema@.rk_cdiv((lim - curr - cost + 1) * period, prev) END $$;
+
+-- _whole_after: µs until nothing is counted (a count c of the window before counts 0 from
+-- period + 1 - ceil(period / c) into the window on).
+CREATE OR REPLACE FUNCTION @schema@.rk_swc_whole_after(
+    win numeric, period numeric, now_us numeric, prev numeric, curr numeric)
+RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN curr > 0 THEN (win + 2) * period + 1 - @schema@.rk_cdiv(period, curr) - now_us
+               WHEN prev > 0 THEN greatest(0, (win + 1) * period + 1 - @schema@.rk_cdiv(period, prev) - now_us)
+               ELSE 0 END $$;
 
 CREATE OR REPLACE FUNCTION @schema@.rk_sliding_window_counter(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
@@ -56,7 +57,7 @@ DECLARE
     prev numeric;
     curr numeric;
     start numeric;
-    estimate float8;
+    counted numeric;
     r numeric;
     denied int := -1;
     retry numeric := 0;
@@ -65,7 +66,7 @@ DECLARE
     wins numeric[] := '{}';
     prevs numeric[] := '{}';
     currs numeric[] := '{}';
-    estimates float8[] := '{}';
+    counts numeric[] := '{}';
     remaining bigint[] := '{}';
     resets bigint[] := '{}';
     built numeric[] := '{}';
@@ -95,8 +96,8 @@ BEGIN
             CONTINUE;
         END IF;
         start := win * period;
-        estimate := @schema@.rk_swc_estimate(prev, curr, now_us - start, period);
-        IF estimate + cost::float8 > lim::float8 THEN
+        counted := @schema@.rk_swc_counted(prev, curr, now_us - start, period);
+        IF counted + cost > lim THEN
             -- _retry
             IF cost > lim THEN
                 r := -1;
@@ -113,7 +114,7 @@ BEGIN
         wins[i] := win;
         prevs[i] := prev;
         currs[i] := curr;
-        estimates[i] := estimate;
+        counts[i] := counted;
     END LOOP;
     IF refund THEN
         new_state := CASE WHEN st IS NULL THEN NULL ELSE built END;
@@ -122,12 +123,9 @@ BEGIN
     charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
     FOR i IN 1..cnt LOOP
         period := spec[2 * i];
-        remaining[i] := greatest(0, floor(spec[2 * i - 1]::float8 - (estimates[i] + charged::float8)));
+        remaining[i] := greatest(0, spec[2 * i - 1] - (counts[i] + charged));
         current_ := currs[i] + charged;
-        -- _whole_after: the current count weighs until the end of the next window
-        resets[i] := CASE WHEN current_ > 0 THEN (wins[i] + 2) * period - now_us
-                          WHEN prevs[i] > 0 THEN (wins[i] + 1) * period - now_us
-                          ELSE 0 END;
+        resets[i] := @schema@.rk_swc_whole_after(wins[i], period, now_us, prevs[i], current_);
         built := built || wins[i] || prevs[i] || current_;
     END LOOP;
     reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;

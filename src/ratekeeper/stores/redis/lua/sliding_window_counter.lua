@@ -5,14 +5,12 @@
 -- state: { window_1, previous_1, current_1, ..., window_n, previous_n, current_n }
 --                                             -- window = now // period (exact: idiv)
 --
--- The estimate at now is previous * ((period - elapsed) / period) + current: the reference's
--- float operations, repeated here in the same order on the same doubles (every integer is
--- below 2^53, so Lua's doubles hold what Python's ints hold). One operation needs care: the
--- reference divides the exact integer product (limit - current - cost) * period by the
--- previous count (Python's int / int: the correctly rounded quotient), and that product can
--- pass 2^53 (a million a day): swc_ratio then divides bit by bit, exactly.
+-- The count at now is current + floor(previous * (period - elapsed) / period), rounded down
+-- as the system-design chapter does (7 per minute, 5 before and 3 now, 30 % in: 3 + floor(3.5)
+-- = 6, so one more is admitted); a request is admitted when count + cost <= limit. Exact
+-- integer arithmetic as in the reference: the products can pass 2^53 (a million a day), so
+-- swc_muldiv divides them bit by bit.
 
-local SWC_2_52 = 4503599627370496
 local SWC_2_53 = 9007199254740992
 
 -- (r + a) mod v and the carry, for 0 <= r, a < v: never forms a sum above v.
@@ -23,77 +21,72 @@ local function swc_add_mod(r, a, v)
   return r + a, 0
 end
 
--- x * p / v correctly rounded to a double (as Python's int / int), for integers 0 <= x < v
--- and 0 < p, all below 2^53.
-local function swc_ratio(x, p, v)
-  local product = x * p
-  if product < SWC_2_53 then
-    return product / v -- the product is exact: one rounding, as in Python
+-- floor(a * b / c) and its remainder, exactly, for integers 0 <= a < c and 0 <= b, all
+-- below 2^53 (so the quotient, below b, is too).
+local function swc_muldiv(a, b, c)
+  local product = a * b
+  if product < SWC_2_53 then -- exact
+    local q = idiv(product, c)
+    return q, product - q * c
   end
-  -- Long division of x * p by v in binary: q the quotient so far, r the remainder (< v).
+  -- Long division of a * b by c in binary: q the quotient so far, r the remainder (< c).
   local top = 1
-  while top * 2 <= p do
+  while top * 2 <= b do
     top = top * 2
   end
-  local q, r, c = 0, 0, 0
+  local q, r, carry = 0, 0, 0
   while top >= 1 do
-    r, c = swc_add_mod(r, r, v)
-    q = q * 2 + c
-    if p >= top then
-      p = p - top
-      r, c = swc_add_mod(r, x, v)
-      q = q + c
+    r, carry = swc_add_mod(r, r, c)
+    q = q * 2 + carry
+    if b >= top then
+      b = b - top
+      r, carry = swc_add_mod(r, a, c)
+      q = q + carry
     end
     top = top / 2
   end
-  -- q = floor(x * p / v) < p (as x < v) and q >= 1 (as x * p >= 2^53 > v): take fraction
-  -- bits until q holds 53 significant bits, then round half to even on the remainder.
-  local scale = 1
-  while q < SWC_2_52 do
-    r, c = swc_add_mod(r, r, v)
-    q = q * 2 + c
-    scale = scale * 2
-  end
-  if r > v - r or (r == v - r and q % 2 == 1) then
-    q = q + 1
-  end
-  return q / scale -- exact: a power of two
+  return q, r
 end
 
-local function swc_estimate(prev, curr, elapsed, period)
-  return prev * ((period - elapsed) / period) + curr
+-- curr + floor(prev * (period - elapsed) / period): what the window holds at elapsed.
+local function swc_counted(prev, curr, elapsed, period)
+  if elapsed <= 0 then
+    return curr + prev
+  end
+  local q = swc_muldiv(period - elapsed, prev, period)
+  return curr + q
 end
 
--- µs until the estimate is 0: the current count weighs until the end of the next window.
+-- µs until nothing is counted: a count c of the window before counts 0 from
+-- e = period + 1 - ceil(period / c) on. (Times near 2^53: the differences from now are
+-- formed first, so every intermediate stays exact.)
 local function swc_whole_after(window, period, now, prev, curr)
   if curr > 0 then
-    return (window + 2) * period - now
+    return (window * period - now) + (2 * period + 1 - ceil_div(period, curr))
   end
   if prev > 0 then
-    return (window + 1) * period - now
+    local t = (window * period - now) + (period + 1 - ceil_div(period, prev))
+    return t > 0 and t or 0
   end
   return 0
 end
 
--- The first µs t >= start (in the window beginning at start) where the estimate plus cost is
--- at most limit; the caller ensures one exists.
-local function swc_first_admitting(prev, curr, start, period, cost, limit)
-  if prev == 0 then
-    return start
-  end
-  -- max(0, ceil(period - x * period / prev)); for x >= prev the quotient is >= period: 0.
+-- The first µs e >= 0 into a window where the count plus cost is at most limit; the caller
+-- ensures one exists (curr + cost <= limit). With x = limit - curr - cost:
+-- period + 1 - ceil((x + 1) * period / prev), unless x >= prev.
+local function swc_first_admitting(prev, curr, period, cost, limit)
   local x = limit - curr - cost
-  local elapsed = 0
-  if x < prev then
-    local e = math.ceil(period - swc_ratio(x, period, prev))
-    if e > 0 then
-      elapsed = e
-    end
+  if x >= prev then
+    return 0
   end
-  while elapsed < period and swc_estimate(prev, curr, elapsed, period) + cost > limit do
-    elapsed = elapsed + 1
+  local e
+  if x + 1 == prev then
+    e = period
+  else
+    local q, r = swc_muldiv(x + 1, period, prev)
+    e = q + (r > 0 and 1 or 0)
   end
-  return start + elapsed
+  return period + 1 - e
 end
 
 local function swc_retry(prev, curr, start, period, cost, limit, now)
@@ -101,9 +94,9 @@ local function swc_retry(prev, curr, start, period, cost, limit, now)
     return INFINITE
   end
   if curr + cost <= limit then
-    return swc_first_admitting(prev, curr, start, period, cost, limit) - now
+    return (start - now) + swc_first_admitting(prev, curr, period, cost, limit)
   end
-  return swc_first_admitting(curr, 0, start + period, period, cost, limit) - now
+  return (start - now) + (period + swc_first_admitting(curr, 0, period, cost, limit))
 end
 
 -- window, previous and current count of limit i at now (a clock that stepped back stays in
@@ -130,25 +123,25 @@ ALGORITHMS["sliding_window_counter"] = {
   arity = 2,
   decide = function(specs, state, now, cost, max_wait, lease)
     local n = #specs
-    local windows, prevs, currs, estimates = {}, {}, {}, {}
+    local windows, prevs, currs, counts = {}, {}, {}, {}
     local denied, retry = -1, 0
     for i = 1, n do
       local limit, period = specs[i][1], specs[i][2]
       local window, prev, curr = swc_read(state, i, now, period)
       local start = window * period
-      local estimate = swc_estimate(prev, curr, now - start, period)
-      if estimate + cost > limit then
+      local counted = swc_counted(prev, curr, now - start, period)
+      if counted + cost > limit then
         local r = swc_retry(prev, curr, start, period, cost, limit, now)
         if denied < 0 or later(r, retry) then
           denied, retry = i - 1, r
         end
       end
-      windows[i], prevs[i], currs[i], estimates[i] = window, prev, curr, estimate
+      windows[i], prevs[i], currs[i], counts[i] = window, prev, curr, counted
     end
     local charged = denied < 0 and cost or 0
     local remaining, resets = {}, {}
     for i = 1, n do
-      local left = math.floor(specs[i][1] - (estimates[i] + charged))
+      local left = specs[i][1] - (counts[i] + charged)
       remaining[i] = left > 0 and left or 0
       resets[i] = swc_whole_after(windows[i], specs[i][2], now, prevs[i], currs[i] + charged)
     end
