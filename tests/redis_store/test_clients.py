@@ -32,6 +32,13 @@ RULE = Rule("review", ["1000/minute"], algorithm="gcra")
 PLAN = RULE.plan
 
 
+@pytest.fixture
+def store(key_prefix: str) -> Iterator[RedisStore]:
+    s = RedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1, timeout=2.0)
+    yield s
+    s.close()
+
+
 # -- Cluster ----------------------------------------------------------------------------------
 
 
