@@ -15,6 +15,8 @@ Peak cases, each loaded for ``--duration`` whole seconds per round:
   among 10,000; the same with a spent rule (every answer a 429);
 - ``POST /v1/check`` with wrk, ``{"checks": [...]}`` of 100 checks on distinct keys:
   decisions/s = requests/s x 100;
+- gRPC ``Health/Check`` with h2load: the floor of the gRPC stack (``grpc.aio`` and a
+  servicer that decides nothing);
 - gRPC ``ShouldRateLimit`` with h2load (C, 4 connections x 16 streams, one descriptor
   value, i.e. one key; the same with a spent descriptor) and with a grpcio asyncio
   client (64 calls in flight over 2 channels, 10,000 keys in turn).
@@ -25,7 +27,9 @@ runs per store (a Python asyncio client sending at a fixed rate, latency measure
 each call's due time, so a stall is not hidden): ``/v1/check`` at half its peak and
 ``ShouldRateLimit`` at half the gRPC peak. With two CPUs or more the service is pinned
 to CPU 0 and every load generator to CPU 1 (``taskset``; ``--no-pin`` leaves placement to
-the kernel); the CPU time of both is read each round.
+the kernel); each round reads the CPU time of both, and the time the service's threads
+were runnable but waited for their CPU (``schedstat``): on a shared machine that wait,
+not the service, is what bounds its rate, and the report says so.
 
 Before a case is timed it is probed (200 and an allowed decision, 429 for a spent rule;
 gRPC ``OK`` or ``OVER_LIMIT``; a batch of 100 decisions); a case that fails is reported,
@@ -59,6 +63,9 @@ from urllib.parse import quote, urlsplit
 from ratekeeper_bench import report
 from ratekeeper_bench.options import choose, count, describe, finish
 from ratekeeper_bench.serve_load import (
+    GRPC_PATH,
+    HEALTH_BODY,
+    HEALTH_PATH,
     Load,
     LoadError,
     grpc_body,
@@ -128,6 +135,7 @@ KINDS: dict[str, Kind] = {
         Kind("check", "POST /v1/check, 1 check, 10,000 keys", "wrk", 1),
         Kind("check_denied", "POST /v1/check, 1 check, spent rule (429)", "wrk", 1, denied=True),
         Kind("batch", f"POST /v1/check, {BATCH} checks, distinct keys", "wrk", BATCH),
+        Kind("grpc_health", "gRPC Health/Check, h2load", "h2load", 0),
         Kind("grpc", "gRPC ShouldRateLimit, h2load, 1 key", "h2load", 1),
         Kind("grpc_denied", "gRPC ShouldRateLimit, h2load, spent descriptor", "h2load", 1, denied=True),
         Kind("grpc_keys", "gRPC ShouldRateLimit, grpcio asyncio client, 10,000 keys", "client", 1),
@@ -147,9 +155,13 @@ class Case:
 
 @dataclass(frozen=True, slots=True)
 class Round:
+    """One load run, and the shares of its wall time the service ran, the service waited
+    for its CPU (runnable while another process held it), and the load generator ran."""
+
     load: Load
     server_cpu: float
     load_cpu: float
+    server_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +314,15 @@ def _grpc_codes(service: Service, names: Names, key: str, value: str, calls: int
     return [rls_pb2.RateLimitResponse.Code.Name(a.overall_code) for a in answers]
 
 
+def _grpc_health(service: Service) -> str:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
+
+    with grpc.insecure_channel(service.grpc_target) as channel:
+        answer = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+    return str(health_pb2.HealthCheckResponse.ServingStatus.Name(answer.status))
+
+
 def _probe(case: Case, service: Service, names: Names) -> None:
     """Check that ``case`` answers what it is meant to, or raise ``ServiceError``; a denied
     case's rule or descriptor is spent here."""
@@ -322,6 +343,9 @@ def _probe(case: Case, service: Service, names: Names) -> None:
         status, doc = service.request("POST", "/v1/check", {"checks": checks})
         got = (status, doc.get("allowed"), len(doc.get("decisions", ())))
         ok = got == (200, True, BATCH)
+    elif kind == "grpc_health":
+        got = _grpc_health(service)
+        ok = got == "SERVING"
     elif kind in ("grpc", "grpc_keys"):
         got = _grpc_codes(service, names, names.open_key, "k0", 2)
         ok = got == ["OK", "OK"]
@@ -349,10 +373,16 @@ def _measure(case: Case, service: Service, names: Names, settings: Settings, sec
         path = "/healthz" if kind == "healthz" else "/v1/check"
         return run_wrk(url + path, script, seconds=seconds, connections=settings.connections, cpu=cpu)
     if case.kind.tool == "h2load":
-        body = grpc_body(names.domain, *((names.denied_key, "spent") if case.kind.denied else (names.open_key, "k0")))
+        if kind == "grpc_health":
+            path, body = HEALTH_PATH, HEALTH_BODY
+        elif case.kind.denied:
+            path, body = GRPC_PATH, grpc_body(names.domain, names.denied_key, "spent")
+        else:
+            path, body = GRPC_PATH, grpc_body(names.domain, names.open_key, "k0")
         return run_h2load(
             service.grpc_target,
             body,
+            path=path,
             seconds=seconds,
             clients=H2LOAD_CLIENTS,
             streams=H2LOAD_STREAMS,
@@ -368,15 +398,16 @@ def _measure(case: Case, service: Service, names: Names, settings: Settings, sec
 
 def _timed(service: Service, load: Callable[[], Load]) -> Round:
     """Run ``load`` and read the CPU time the service and the load generator used meanwhile."""
-    cpu_before = service.cpu_seconds()
+    cpu_before, wait_before = service.cpu_seconds(), service.runqueue_seconds()
     # The load generator is the only child that ends during the run: the children's usage is its own.
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     measured = load()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     server = service.cpu_seconds() - cpu_before
+    wait = service.runqueue_seconds() - wait_before
     loader = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     seconds = measured.seconds if measured.seconds > 0 else 1.0
-    return Round(measured, server / seconds, loader / seconds)
+    return Round(measured, server / seconds, loader / seconds, wait / seconds)
 
 
 def _summary(r: Round, kind: Kind) -> str:
@@ -386,7 +417,7 @@ def _summary(r: Round, kind: Kind) -> str:
         text += f" ({report.format_rate(load.rate * kind.decisions)} decisions/s)"
     text += (
         f", p50 {load.p50_us / 1000:.2f} ms, p99 {load.p99_us / 1000:.2f} ms, "
-        f"server CPU {r.server_cpu:.0%}, load CPU {r.load_cpu:.0%}"
+        f"server CPU {r.server_cpu:.0%} (waited {r.server_wait:.0%}), load CPU {r.load_cpu:.0%}"
     )
     if load.refused:
         text += f", refused {report.format_fraction(load.refused / max(1, load.requests))}"
@@ -604,7 +635,9 @@ def render_markdown(result: ServeBenchResult) -> str:
         "refuses; each call decided and charged) and 1/hour spent before timing (*spent*: every answer refused). "
         "*decisions/s* = requests/s x checks per request; *refused*: share of 429 / `OVER_LIMIT` answers "
         "(h2load does not read gRPC trailers: its spent case is probed, not counted); *server CPU*, *load "
-        "CPU*: CPU time of the service and of the load generator over the round's wall time.",
+        "CPU*: CPU time of the service and of the load generator over the round's wall time; *server waited*: "
+        "time the service's threads were runnable but another process held CPU 0 (`/proc/PID/task/*/schedstat`), "
+        "over the wall time; *per server CPU-s*: requests per second of the service's CPU time.",
         "",
         f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
         f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
@@ -622,9 +655,9 @@ def render_markdown(result: ServeBenchResult) -> str:
     out += [
         "### Peak",
         "",
-        "| store | case | requests/s | decisions/s | p50 ms | p99 ms | refused | server CPU | per server CPU-s "
-        "| load CPU | rounds, requests/s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| store | case | requests/s | decisions/s | p50 ms | p99 ms | refused | server CPU | server waited "
+        "| per server CPU-s | load CPU | rounds, requests/s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in result.results:
         load = r.median.load
@@ -636,10 +669,11 @@ def render_markdown(result: ServeBenchResult) -> str:
         out.append(
             f"| {r.case.store} | {r.case.kind.label} | {report.format_rate(load.rate)} | {decisions} | "
             f"{_ms(load.p50_us)} | {_ms(load.p99_us)} | {refused}{errors} | {r.median.server_cpu:.0%} | "
+            f"{r.median.server_wait:.0%} | "
             f"{'n/a' if r.per_cpu_second is None else report.format_rate(r.per_cpu_second)} | "
             f"{r.median.load_cpu:.0%} | {', '.join(report.format_rate(x.load.rate) for x in r.rounds)} |"
         )
-    out += [f"| | {label} | failed | | | | | | | | {error} |" for label, error in result.failures]
+    out += [f"| | {label} | failed | | | | | | | | | {error} |" for label, error in result.failures]
     out += [
         "",
         "### Latency at half the peak rate",

@@ -34,6 +34,8 @@ from ratekeeper_bench.web_apps.wrk import parse_output
 
 __all__ = [
     "GRPC_PATH",
+    "HEALTH_BODY",
+    "HEALTH_PATH",
     "Load",
     "LoadError",
     "grpc_body",
@@ -45,6 +47,9 @@ __all__ = [
 ]
 
 GRPC_PATH = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+HEALTH_PATH = "/grpc.health.v1.Health/Check"
+HEALTH_BODY = b"\x00\x00\x00\x00\x00"
+"""A gRPC message of zero bytes: ``HealthCheckRequest(service="")``, the server's overall health."""
 
 
 class LoadError(RuntimeError):
@@ -181,10 +186,12 @@ def run_h2load(
     streams: int,
     warm_up: float,
     cpu: int | None,
+    path: str = GRPC_PATH,
 ) -> Load:
-    """``ShouldRateLimit`` with ``body`` over ``clients`` HTTP/2 connections with ``streams``
-    streams in flight on each, for whole ``seconds`` after ``warm_up`` seconds. gRPC's
-    status is in the trailers, which h2load does not read: the caller probes the answers."""
+    """The gRPC method at ``path`` (default ``ShouldRateLimit``) with ``body`` over
+    ``clients`` HTTP/2 connections with ``streams`` streams in flight on each, for whole
+    ``seconds`` after ``warm_up`` seconds. gRPC's status is in the trailers, which h2load
+    does not read: the caller probes the answers."""
     h2load = shutil.which("h2load")
     if h2load is None:
         raise LoadError("h2load is not installed (Debian: apt-get install nghttp2-client)")
@@ -198,7 +205,7 @@ def run_h2load(
         ]  # fmt: skip
         if warm_up > 0:
             command.append(f"--warm-up-time={warm_up:g}")
-        command.append(f"http://{target}{GRPC_PATH}")
+        command.append(f"http://{target}{path}")
         out = _run(_pinned(command, cpu), seconds + warm_up + 30)
         latencies = sorted(float(line.split("\t")[2]) for line in log.read_text().splitlines() if line.count("\t") >= 2)
     done = _DONE.search(out)
