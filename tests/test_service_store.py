@@ -117,3 +117,11 @@ def test_store_options_are_checked() -> None:
         Limiter("http://127.0.0.1:1/?pool=3")
     with pytest.raises(ConfigurationError, match="max_in_flight"):
         Limiter("http://127.0.0.1:1/", max_in_flight=0)
+
+
+def test_a_rule_spec_of_the_wrong_shape_is_a_400_not_a_crash(service: RatekeeperService) -> None:
+    """Found by schemathesis: a limit given as an object made the plan cache raise TypeError."""
+    body = {"now": None, "ops": [["d", 0, "k", 0, 0, None]], "rules": [["r", "gcra", [{}]]]}
+    response = httpx.post(f"{service.url}/v1/store", json=body)
+    assert 400 == response.status_code
+    assert "a limit is [count, period_us, burst | null]" in response.json()["detail"]

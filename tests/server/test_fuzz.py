@@ -3,6 +3,7 @@ and invalid bodies, wrong types, odd paths and methods; no answer may be a 5xx."
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -44,7 +45,7 @@ descriptors:
 """
     served = serve(rules=[native, envoy])
     doc = httpx.get(f"{served.url}/openapi.json", timeout=5).json()
-    assert 10 == len(doc["paths"])
+    assert 11 == len(doc["paths"])
     out = subprocess.run(
         [
             *schemathesis(),
@@ -69,7 +70,11 @@ descriptors:
         check=False,
     )
     assert 0 == out.returncode, out.stdout[-4000:]
-    assert "No issues found" in out.stdout
+    # Every case answered without a 5xx. (Schemathesis may still warn that /v1/store refuses
+    # most of what it generates: an op's rule_index must name one of the call's rules, which
+    # a schema cannot say.)
+    counts = re.search(r"(\d+) generated, (\d+) passed", out.stdout)
+    assert counts is not None and counts.group(1) == counts.group(2), out.stdout[-2000:]
     # the service lives on and never logged an internal error
     assert 200 == httpx.get(f"{served.url}/healthz", timeout=5).status_code
     assert [] == [e for e in served.events() if e.get("event") == "error"]

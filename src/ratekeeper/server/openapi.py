@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
+from ratekeeper.algorithms import ALGORITHMS
 from ratekeeper.rule import MAX_KEY_LENGTH
 from ratekeeper.server.envoy import MAX_DESCRIPTORS
 from ratekeeper.server.inputs import MAX_BODY, MAX_CHECKS, MAX_COST, MAX_LEASE_ID
@@ -210,6 +211,70 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
+_NULLABLE_INT = {"type": ["integer", "null"], "minimum": 0}
+_STORE_CALL: dict[str, Any] = {
+    "type": "object",
+    "description": "ratekeeper.stores.service.sansio: the rule travels with the call",
+    "additionalProperties": False,
+    "required": ["rules", "ops"],
+    "properties": {
+        "now": {"type": "null", "description": "the store's clock (a service started for tests also accepts µs)"},
+        "atomic": {"type": "boolean", "description": "true: every op charged or none (DECIDE ops only)"},
+        "rules": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "array",
+                "description": "[name, algorithm, [[count, period_us, burst | null], ...]]",
+                "prefixItems": [
+                    {"type": "string", "minLength": 1},
+                    {"type": "string", "enum": sorted(ALGORITHMS)},
+                    {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "array",
+                            "prefixItems": [
+                                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
+                                {"type": "integer", "minimum": 1, "maximum": 86_400_000_000},
+                                {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
+                            ],
+                            "minItems": 3,
+                            "maxItems": 3,
+                        },
+                    },
+                ],
+                "minItems": 3,
+                "maxItems": 3,
+            },
+        },
+        "ops": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "array",
+                "description": "[mode (d, p, r, x), rule_index, key, cost, max_wait | null, lease_id | null]",
+                "prefixItems": [
+                    {"type": "string", "enum": ["d", "p", "r", "x"]},
+                    {"type": "integer", "minimum": 0, "maximum": 0},
+                    {"type": "string", "minLength": 1, "maxLength": 512},
+                    {"type": "integer", "minimum": 0},
+                    _NULLABLE_INT,
+                    {"type": ["string", "null"]},
+                ],
+                "minItems": 6,
+                "maxItems": 6,
+            },
+        },
+    },
+}
+_STORE_RESULTS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"results": {"type": "array", "items": {"type": ["array", "object", "null"]}}},
+    "required": ["results"],
+}
+
+
 def _post(summary: str, schema: dict[str, Any], responses: dict[str, Any]) -> dict[str, Any]:
     return {
         "post": {
@@ -276,6 +341,11 @@ def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> 
             {"200": {"description": "The text exposition", "content": {"text/plain": {"schema": {"type": "string"}}}}},
         ),
         "/openapi.json": _get("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
+        "/v1/store": _post(
+            "The service as a store for other limiters (Limiter('http://...')): ops decided in order",
+            _STORE_CALL,
+            {"200": _json(_STORE_RESULTS, "One result per op: a decision, null, or that op's store failure")},
+        ),
         "/json": _post(
             "Envoy's rate-limit request (the gRPC service's JSON form)",
             _ref("EnvoyRequest"),

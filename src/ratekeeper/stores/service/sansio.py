@@ -179,10 +179,6 @@ class PlanCache:
         if not (isinstance(spec, list) and len(spec) == 3 and isinstance(spec[2], list) and spec[2]):
             raise InvalidRequest(f"a rule is [name, algorithm, [[count, period_us, burst], ...]], got {spec!r}")
         name, algorithm, limits = spec
-        frozen = (name, algorithm, tuple(tuple(x) if isinstance(x, list) else x for x in limits))
-        plan = self.plans.get(frozen)
-        if plan is not None:
-            return plan
         if not isinstance(name, str) or not name or not isinstance(algorithm, str):
             raise InvalidRequest(f"a rule needs a name and an algorithm (strings), got {spec!r}")
         for item in limits:
@@ -190,6 +186,10 @@ class PlanCache:
                 raise InvalidRequest(f"a limit is [count, period_us, burst | null], got {item!r}")
             if item[2] is not None and not _is_int(item[2]):
                 raise InvalidRequest(f"a limit's burst is an integer or null, got {item[2]!r}")
+        frozen = (name, algorithm, tuple(tuple(x) for x in limits))
+        plan = self.plans.get(frozen)
+        if plan is not None:
+            return plan
         try:
             parsed = [Limit.from_us(item[0], item[1], item[2]) for item in limits]
             plan = get_algorithm(algorithm).plan(name, tuple(parsed))
