@@ -39,7 +39,7 @@ never block (prometheus-client's counters take a short lock each).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from ratekeeper.decision import Decision
     from ratekeeper.errors import StoreError
+    from ratekeeper.limiter.overlimit import DenialCache
 
 __all__ = ["BREAKER_STATES", "OUTCOMES", "Metrics", "outcome_of"]
 
@@ -118,6 +119,7 @@ class Metrics:
         self._prom = prom
         self.registry: CollectorRegistry = prom.CollectorRegistry() if registry is None else registry
         self.near = near
+        self._namespace = namespace
         self._shadow: frozenset[str] = frozenset()
         common: dict[str, Any] = {"namespace": namespace, "registry": self.registry}
         self.decisions = prom.Counter(
@@ -187,6 +189,29 @@ class Metrics:
         self.requests.labels(transport).inc()
 
     # -- reading -----------------------------------------------------------------------
+
+    def watch_over_limit_cache(self, cache: DenialCache) -> None:
+        """Export ``cache``'s counts: ``over_limit_cache_hits`` (refusals answered without a
+        store round trip) and ``over_limit_cache_stored`` (denials remembered). Its hits are
+        also counted among the decisions (outcome ``over``), as the limiter reports them."""
+        from prometheus_client.core import CounterMetricFamily
+
+        namespace = self._namespace
+
+        class _CacheCollector:
+            def collect(self) -> Iterator[Any]:
+                hits = CounterMetricFamily(
+                    f"{namespace}_over_limit_cache_hits", "Refusals answered by the over-limit cache"
+                )
+                hits.add_metric([], cache.hits)
+                stored = CounterMetricFamily(
+                    f"{namespace}_over_limit_cache_stored", "Denials the over-limit cache remembered"
+                )
+                stored.add_metric([], cache.stored)
+                yield hits
+                yield stored
+
+        self.registry.register(_CacheCollector())
 
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
         """The registry in the text format, and its content type: the body of ``/metrics``.

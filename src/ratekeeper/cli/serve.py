@@ -17,6 +17,7 @@ ENV = {
     "http_port": "RATEKEEPER_HTTP_PORT",
     "grpc_port": "RATEKEEPER_GRPC_PORT",
     "on_error": "RATEKEEPER_ON_ERROR",
+    "over_limit_cache": "RATEKEEPER_OVER_LIMIT_CACHE",
 }
 """The environment variable read for each option the command line leaves out."""
 
@@ -50,6 +51,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--on-error",
         choices=POLICIES,
         help="what answers when the store fails (default: raise: HTTP 503, gRPC UNAVAILABLE; rules may override)",
+    )
+    p.add_argument(
+        "--over-limit-cache",
+        action="store_true",
+        default=None,
+        help="answer a key's denial in this process until its retry_after has passed (a Redis or PostgreSQL "
+        "store then pays no round trip for a flooding key; never admits more; see docs/service.md)",
     )
 
 
@@ -85,5 +93,7 @@ def run(args: argparse.Namespace) -> int:
             args.grpc_port if args.grpc_port is not None else env.get(ENV["grpc_port"]), 8081, "--grpc-port"
         ),
         on_error=on_error,
+        over_limit_cache=bool(args.over_limit_cache)
+        or env.get(ENV["over_limit_cache"], "").lower() in ("1", "true", "yes", "on"),
     )
     return serve(settings)

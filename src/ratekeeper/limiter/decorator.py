@@ -67,9 +67,9 @@ def limit_decorator(
                 "(AsyncLimiter(store, on_error=...).limit(...))"
             )
 
-        def settle(decision: Decision) -> None:
+        def settle(decision: Decision, cost: int) -> None:
             if not decision.allowed:
-                raise RateLimitExceeded(decision)
+                raise RateLimitExceeded(decision, cost=cost)
 
         if is_async_limiter:
 
@@ -77,7 +77,7 @@ def limit_decorator(
             async def async_limited(*args: Any, **kwargs: Any) -> Any:
                 k, c = key_of(*args, **kwargs), cost_of(*args, **kwargs)
                 if wait is None:
-                    settle(await limiter.try_acquire(rule, k, c))
+                    settle(await limiter.try_acquire(rule, k, c), c)
                 else:
                     await limiter.acquire(rule, k, c, timeout=wait)
                 return await func(*args, **kwargs)
@@ -87,7 +87,7 @@ def limit_decorator(
         def charge(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
             k, c = key_of(*args, **kwargs), cost_of(*args, **kwargs)
             if wait is None:
-                settle(limiter.try_acquire(rule, k, c))
+                settle(limiter.try_acquire(rule, k, c), c)
             else:
                 limiter.acquire(rule, k, c, timeout=wait)
 

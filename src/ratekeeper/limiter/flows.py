@@ -65,7 +65,7 @@ def acquire_flow(
             return decision
         retry = decision.retry_after
         if math.isinf(retry):
-            raise RateLimitExceeded(decision)
+            raise RateLimitExceeded(decision, cost=cost)
         if algorithm.reserves and algorithm.waiting_cannot_help(decision, left):
             raise RateLimitExceeded(decision, f"{_why(decision)}; not admitted within the timeout of {timeout}s")
         if algorithm.uses_leases:

@@ -36,7 +36,7 @@ class _LeaseBase:
 
     def _granted(self, decision: Decision) -> None:
         if not decision.allowed:
-            raise RateLimitExceeded(decision)
+            raise RateLimitExceeded(decision, cost=self.cost)
         self.decision = decision
         self.released = False
 

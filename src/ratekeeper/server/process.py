@@ -49,6 +49,7 @@ class Settings:
     http_port: int = 8080
     grpc_port: int = 8081
     on_error: str = "raise"
+    over_limit_cache: bool = False
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -93,7 +94,14 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     metrics = Metrics()
     files = RulesFiles(list(settings.rules), metrics) if settings.rules else None
     catalog = files.catalog() if files is not None else example_catalog()
-    limiter = AsyncLimiter(settings.store, on_error=settings.on_error, observer=ServiceObserver(metrics))
+    limiter = AsyncLimiter(
+        settings.store,
+        on_error=settings.on_error,
+        observer=ServiceObserver(metrics),
+        over_limit_cache=settings.over_limit_cache,
+    )
+    if limiter.over_limit_cache is not None:
+        metrics.watch_over_limit_cache(limiter.over_limit_cache)
     service = Service(limiter, metrics, catalog, files, settings.store)
     try:
         await _run(service, settings, ready)
@@ -133,6 +141,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
         grpc=f"{_url_host(settings.host)}:{grpc_port}",
         store=redact(settings.store),
         on_error=settings.on_error,
+        over_limit_cache=service.limiter.over_limit_cache is not None,
         **summary(service.catalog),
     )
     if ready is not None:
