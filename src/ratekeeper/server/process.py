@@ -182,13 +182,30 @@ def _loop_factory() -> Any:
     return uvloop.new_event_loop
 
 
+def _try_it(settings: Settings) -> str:
+    """What to type in another terminal to see the example rules at work."""
+    if not settings.http_port:
+        return ""
+    base = f"http://{_url_host(settings.host)}:{settings.http_port}"
+    check = f"curl -i {base}/v1/check -H 'content-type: application/json' -d"
+    return (
+        "Try it from another terminal:\n"
+        f"  {check} '{{\"rule\": \"items.list\", \"key\": \"alice\"}}'   # 200; again within 2 s: 429\n"
+        f"  {check} '{{\"checks\": [{{\"rule\": \"items.list\", \"key\": \"bob\"}}, "
+        f"{{\"rule\": \"auth.create_token\", \"key\": \"10.0.0.7\"}}]}}'   # all or nothing\n"
+        f"  curl -s {base}/metrics | grep ratekeeper_decisions\n"
+        f"  curl -s {base}/openapi.json\n"
+    )
+
+
 def run(settings: Settings) -> int:
     """``ratekeeper serve``: print the example rules when no file is given, serve until
     stopped; 0 after a clean stop, 2 when the service cannot start."""
     if not settings.rules:
         print("ratekeeper serve: no --rules file, serving the example rules:\n")
         print(EXAMPLE_RULES)
-        print(EXAMPLE_ENVOY, flush=True)
+        print(EXAMPLE_ENVOY)
+        print(_try_it(settings), flush=True)
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
             runner.run(serve(settings))
