@@ -43,7 +43,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.metadata
-import importlib.util
 import os
 import platform
 import resource
@@ -62,6 +61,7 @@ from urllib.parse import quote, urlsplit
 from ratekeeper_bench import report
 from ratekeeper_bench.options import choose, count, describe, finish
 from ratekeeper_bench.web_apps import AppConfig
+from ratekeeper_bench.web_apps.django_app import has_django_middleware
 from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, ServerError
 from ratekeeper_bench.web_apps.wrk import WrkError, WrkResult, find_wrk, run_wrk, wrk_version
 
@@ -131,7 +131,7 @@ class Case:
             return framework
         if self.variant == "ratekeeper":
             middleware = "RateLimitMiddleware" if self.stack == "starlette" else "WSGIRateLimitMiddleware"
-            if self.stack == "django" and importlib.util.find_spec("ratekeeper.web.django") is not None:
+            if self.stack == "django" and has_django_middleware():
                 return (*framework, "ratekeeper.web.django:RateLimitMiddleware")
             return (*framework, f"ratekeeper.web:{middleware}")
         return (*framework, self.variant.replace("-", "_"))
@@ -253,6 +253,8 @@ class WebBenchResult:
     skipped: list[tuple[Case, str]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     redis_keys_deleted: int = 0
+    django_middleware: bool = True
+    """False: ``ratekeeper.web.django`` is missing and the WSGI middleware wraps Django's app."""
 
     def result(self, case: Case) -> CaseResult | None:
         return next((r for r in self.results if r.case == case), None)
@@ -462,6 +464,7 @@ def run_web_bench(
         wrk=wrk_version(wrk),
         versions=_versions(),
         load_before=os.getloadavg(),
+        django_middleware=has_django_middleware(),
     )
     redis_down = _redis_reachable(settings.redis_url)
     chosen: list[Case] = []
@@ -512,8 +515,7 @@ _WHAT_RUNS = (
     'Flask flask-limiter: the endpoint under `@limiter.limit("1000000 per 1 second")`, `Limiter(get_remote_address, '
     'app=app, storage_uri="memory://")`; limits\' fixed window; no headers (its default).',
     "Django ratekeeper: `ratekeeper.web.django.RateLimitMiddleware` in `MIDDLEWARE`, `settings.RATEKEEPER = "
-    '{"rules": ..., "store": URL}` (the WSGI middleware around Django\'s app when that module is missing), the '
-    "same rule. Django otherwise bare: no other middleware, no apps.",
+    '{"rules": ..., "store": URL}`, the same rule. Django otherwise bare: no other middleware, no apps.',
     'Django django-ratelimit: the view under `@ratelimit(key="ip", rate="1000000/1s", block=True)` on the '
     "local-memory cache, its `RatelimitMiddleware` answering 429 through `RATELIMIT_VIEW`; a fixed window.",
 )
@@ -610,6 +612,9 @@ def render_markdown(result: WebBenchResult) -> str:
     out.append("")
     out += ["What each row runs:", ""]
     out += [f"- {what}" for what in _WHAT_RUNS if what.split(" ")[0].lower() in s.stacks]
+    if "django" in s.stacks and not result.django_middleware:
+        out.append("- Django ratekeeper, this run: `ratekeeper.web.django` is missing, so `WSGIRateLimitMiddleware` "
+                   "wrapped Django's WSGI app instead.")  # fmt: skip
     out.append("")
     if result.skipped:
         out += ["Not measured:", ""]

@@ -16,7 +16,7 @@ from typing import Any
 
 from ratekeeper_bench.web_apps import PATH, AppConfig
 
-__all__ = ["VARIANTS", "create_app", "denied", "ok", "urlpatterns"]
+__all__ = ["VARIANTS", "create_app", "denied", "has_django_middleware", "ok", "urlpatterns"]
 
 VARIANTS = ("bare", "ratekeeper", "django-ratelimit")
 
@@ -37,7 +37,8 @@ def denied(request: Any, exception: BaseException | None = None) -> Any:
     return HttpResponse("rate limited", status=429, content_type="text/plain")
 
 
-def _has_django_middleware() -> bool:
+def has_django_middleware() -> bool:
+    """Whether ratekeeper has its Django middleware here (else the WSGI one is measured)."""
     try:
         return importlib.util.find_spec("ratekeeper.web.django") is not None
     except ImportError:
@@ -56,7 +57,7 @@ def create_app() -> Callable[..., Any]:
     wrap = False
     if config.variant == "ratekeeper":
         rules = config.ratekeeper_rules()
-        if _has_django_middleware():
+        if has_django_middleware():
             middleware.append("ratekeeper.web.django.RateLimitMiddleware")
             extra["RATEKEEPER"] = {"rules": rules, "store": config.store}
         else:
