@@ -7,13 +7,22 @@ and run ``python tools/unasync.py``.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres.sansio import PostgresCore, connection_lost, translate
+from ratekeeper.stores.postgres.sansio import (
+    FIRST_CONNECT_SLICE,
+    Connects,
+    PostgresCore,
+    connection_lost,
+    refusal,
+    translate,
+)
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -21,6 +30,8 @@ if TYPE_CHECKING:
     from ratekeeper.op import Op
 
 __all__ = ["RETURN_EVERY", "PostgresCalls"]
+
+log = logging.getLogger("ratekeeper.store")
 
 RETURN_EVERY = 1000
 """A kept connection goes back to the pool once in this many calls (the pool's lifetime checks)."""
@@ -43,6 +54,7 @@ class PostgresCalls:
         self._kept: list[Any] = []  # connections taken from the pool, idle between calls
         self._uses = 0
         self._closing = False
+        self.connects = Connects()  # recorded by the shells' connection class
 
     def _configure(self, conn: Any) -> None:
         conn.execute(self.core.session_sql)
@@ -67,7 +79,7 @@ class PostgresCalls:
         fired = False
         kept = False
         try:
-            conn = self._take()
+            conn = self._take(what)
             try:
                 deadline_ = self._arm(conn, self.core.timeout if deadline is None else deadline)
                 try:
@@ -93,15 +105,41 @@ class PostgresCalls:
                 self._check_pool()
             raise translate(exc, what) from exc
 
-    def _take(self) -> Any:
+    def _take(self, what: str) -> Any:
         """A connection: one this store kept from an earlier call (no pool round trip), else
-        one from the pool, waiting at most the timeout."""
+        one from the pool, waiting at most the timeout (see ``_first_connection`` until the
+        pool has made one)."""
         try:
             return self._kept.pop()
         except IndexError:
             pass
         pool = self._pool()
-        return pool.getconn(timeout=self.core.timeout)
+        if self.connects.connected:
+            return pool.getconn(timeout=self.core.timeout)
+        return self._first_connection(pool, what)
+
+    def _first_connection(self, pool: Any, what: str) -> Any:
+        """No connection was made yet: wait for one in short slices, and as soon as an attempt
+        has failed raise its own reason as a ``StoreError`` (``sansio.Connects``): a wrong
+        role, a missing database or a refused port say so at once, instead of a timeout
+        that hides them. A reason retrying cannot fix also closes the pool: its background
+        retries stop, and every later call gets the same error at once."""
+        import psycopg_pool
+
+        connects = self.connects
+        deadline = time.monotonic() + self.core.timeout
+        while True:
+            error = connects.error
+            if error is not None and not connects.connected:
+                if connects.final():
+                    with contextlib.suppress(Exception):
+                        pool.close(timeout=1.0)  # its workers are idle: they stop at once
+                raise refusal(error, what) from error
+            try:
+                return pool.getconn(timeout=max(0.001, min(FIRST_CONNECT_SLICE, deadline - time.monotonic())))
+            except psycopg_pool.PoolTimeout:
+                if time.monotonic() >= deadline or connects.connected:
+                    raise
 
     def _give_back(self, conn: Any, healthy: bool) -> None:
         """Keep ``conn`` for the next call after a statement that succeeded; else give it back
@@ -172,28 +210,36 @@ class PostgresCalls:
         import psycopg_pool
 
         core = self.core
-        pool = self._pool()
         fired = False
         self._return_kept()  # the pool may be short of connections otherwise
         try:
-            with pool.connection(timeout=core.timeout) as conn:
+            conn = self._take("the schema migration")
+            healthy = False
+            try:
                 deadline = self._arm(conn, core.migrate_timeout)
                 try:
                     with conn.transaction():
                         conn.execute("SET LOCAL statement_timeout = 0")  # the deadline is the watchdog's
                         conn.execute(core.lock_sql, core.lock_params)
                         cur = conn.execute(core.installed_sql, core.installed_params)
-                        if not core.is_current(cur.fetchone()):
+                        installed = cur.fetchone()
+                        if not core.is_current(installed):
                             conn.execute(core.migration(), prepare=False)
+                    healthy = True
                 finally:
                     fired = self._disarm(deadline)
                     if fired:
                         conn.close()
+            finally:
+                self._give_back(conn, healthy and not fired)
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
             if fired:
                 raise StoreTimeout(f"the schema migration took longer than {core.migrate_timeout}s") from exc
             raise translate(exc, "the schema migration") from exc
         self._ready = True
+        note = core.unlogged_not_applied(installed)
+        if note is not None:
+            log.warning("%s", note)
 
     def _ensure(self) -> None:
         with self._ready_lock():
@@ -202,6 +248,9 @@ class PostgresCalls:
             row = self._execute(self.core.installed_sql, self.core.installed_params, "the schema check")
             if self.core.is_current(row):
                 self._ready = True
+                note = self.core.unlogged_not_applied(row)
+                if note is not None:
+                    log.warning("%s", note)
             else:
                 self.migrate()
 

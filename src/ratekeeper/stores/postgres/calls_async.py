@@ -12,13 +12,22 @@ threads).
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres.sansio import PostgresCore, connection_lost, translate
+from ratekeeper.stores.postgres.sansio import (
+    FIRST_CONNECT_SLICE,
+    Connects,
+    PostgresCore,
+    connection_lost,
+    refusal,
+    translate,
+)
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -26,6 +35,8 @@ if TYPE_CHECKING:
     from ratekeeper.op import Op
 
 __all__ = ["RETURN_EVERY", "AsyncPostgresCalls"]
+
+log = logging.getLogger("ratekeeper.store")
 
 RETURN_EVERY = 1000
 """A kept connection goes back to the pool once in this many calls (the pool's lifetime checks)."""
@@ -48,6 +59,7 @@ class AsyncPostgresCalls:
         self._kept: list[Any] = []  # connections taken from the pool, idle between calls
         self._uses = 0
         self._closing = False
+        self.connects = Connects()  # recorded by the shells' connection class
 
     async def _configure(self, conn: Any) -> None:
         await conn.execute(self.core.session_sql)
@@ -72,7 +84,7 @@ class AsyncPostgresCalls:
         fired = False
         kept = False
         try:
-            conn = await self._take()
+            conn = await self._take(what)
             try:
                 deadline_ = self._arm(conn, self.core.timeout if deadline is None else deadline)
                 try:
@@ -98,15 +110,41 @@ class AsyncPostgresCalls:
                 await self._check_pool()
             raise translate(exc, what) from exc
 
-    async def _take(self) -> Any:
+    async def _take(self, what: str) -> Any:
         """A connection: one this store kept from an earlier call (no pool round trip), else
-        one from the pool, waiting at most the timeout."""
+        one from the pool, waiting at most the timeout (see ``_first_connection`` until the
+        pool has made one)."""
         try:
             return self._kept.pop()
         except IndexError:
             pass
         pool = await self._pool()
-        return await pool.getconn(timeout=self.core.timeout)
+        if self.connects.connected:
+            return await pool.getconn(timeout=self.core.timeout)
+        return await self._first_connection(pool, what)
+
+    async def _first_connection(self, pool: Any, what: str) -> Any:
+        """No connection was made yet: wait for one in short slices, and as soon as an attempt
+        has failed raise its own reason as a ``StoreError`` (``sansio.Connects``): a wrong
+        role, a missing database or a refused port say so at once, instead of a timeout
+        that hides them. A reason retrying cannot fix also closes the pool: its background
+        retries stop, and every later call gets the same error at once."""
+        import psycopg_pool
+
+        connects = self.connects
+        deadline = time.monotonic() + self.core.timeout
+        while True:
+            error = connects.error
+            if error is not None and not connects.connected:
+                if connects.final():
+                    with contextlib.suppress(Exception):
+                        await pool.close(timeout=1.0)  # its workers are idle: they stop at once
+                raise refusal(error, what) from error
+            try:
+                return await pool.getconn(timeout=max(0.001, min(FIRST_CONNECT_SLICE, deadline - time.monotonic())))
+            except psycopg_pool.PoolTimeout:
+                if time.monotonic() >= deadline or connects.connected:
+                    raise
 
     async def _give_back(self, conn: Any, healthy: bool) -> None:
         """Keep ``conn`` for the next call after a statement that succeeded; else give it back
@@ -177,28 +215,36 @@ class AsyncPostgresCalls:
         import psycopg_pool
 
         core = self.core
-        pool = await self._pool()
         fired = False
         await self._return_kept()  # the pool may be short of connections otherwise
         try:
-            async with pool.connection(timeout=core.timeout) as conn:
+            conn = await self._take("the schema migration")
+            healthy = False
+            try:
                 deadline = self._arm(conn, core.migrate_timeout)
                 try:
                     async with conn.transaction():
                         await conn.execute("SET LOCAL statement_timeout = 0")  # the deadline is the watchdog's
                         await conn.execute(core.lock_sql, core.lock_params)
                         cur = await conn.execute(core.installed_sql, core.installed_params)
-                        if not core.is_current(await cur.fetchone()):
+                        installed = await cur.fetchone()
+                        if not core.is_current(installed):
                             await conn.execute(core.migration(), prepare=False)
+                    healthy = True
                 finally:
                     fired = self._disarm(deadline)
                     if fired:
                         await conn.close()
+            finally:
+                await self._give_back(conn, healthy and not fired)
         except (psycopg.Error, psycopg_pool.PoolTimeout, psycopg_pool.PoolClosed) as exc:
             if fired:
                 raise StoreTimeout(f"the schema migration took longer than {core.migrate_timeout}s") from exc
             raise translate(exc, "the schema migration") from exc
         self._ready = True
+        note = core.unlogged_not_applied(installed)
+        if note is not None:
+            log.warning("%s", note)
 
     async def _ensure(self) -> None:
         async with self._ready_lock():
@@ -207,6 +253,9 @@ class AsyncPostgresCalls:
             row = await self._execute(self.core.installed_sql, self.core.installed_params, "the schema check")
             if self.core.is_current(row):
                 self._ready = True
+                note = self.core.unlogged_not_applied(row)
+                if note is not None:
+                    log.warning("%s", note)
             else:
                 await self.migrate()
 

@@ -42,11 +42,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALGORITHM_FILES",
+    "FIRST_CONNECT_SLICE",
     "MAX_BATCH",
     "POSTGRES_SCHEMES",
+    "Connects",
     "PostgresCore",
     "PostgresOptions",
     "migration_sql",
+    "refusal",
     "row",
     "store_down",
     "translate",
@@ -213,8 +216,11 @@ class PostgresCore:
         }
         self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
-        self.installed_sql = "SELECT obj_description(to_regprocedure(%s), 'pg_proc')"
-        self.installed_params = (f"{opts.schema}.{opts.table}_decide(text[],text)",)
+        self.installed_sql = (
+            "SELECT obj_description(to_regprocedure(%s), 'pg_proc'), "
+            "(SELECT relpersistence::text FROM pg_class WHERE oid = to_regclass(%s))"
+        )
+        self.installed_params = (f"{opts.schema}.{opts.table}_decide(text[],text)", f"{opts.schema}.{opts.table}")
         self.marker = _template()[1]
         self.lock_sql = "SELECT pg_advisory_xact_lock(hashtext('ratekeeper.migrate'), hashtext(%s))"
         self.lock_params = (f"{opts.schema}.{opts.table}",)
@@ -246,6 +252,22 @@ class PostgresCore:
     def migration(self) -> str:
         opts = self.options
         return migration_sql(opts.schema, opts.table, opts.unlogged)
+
+    def unlogged_not_applied(self, row: Any) -> str | None:
+        """What to say when ``unlogged=true`` was asked of a table that exists as a logged
+        one (``installed_sql``'s row): UNLOGGED applies only when the table is created, and
+        turning an existing table UNLOGGED rewrites it under an exclusive lock, which a
+        store should not do on its own. None when there is nothing to say."""
+        opts = self.options
+        if not opts.unlogged or row is None or len(row) < 2 or row[1] != "p":
+            return None
+        name = f"{opts.schema}.{opts.table}"
+        return (
+            f"unlogged=true was not applied: the table {name} already exists as a logged table, and "
+            f"UNLOGGED applies only when the store creates it. To apply it, run "
+            f"ALTER TABLE {name} SET UNLOGGED (it rewrites the table under an exclusive lock), "
+            "or drop the table and let the store create it again"
+        )
 
     def is_current(self, row: Any) -> bool:
         """Whether the installed functions (``installed_sql``'s row) are the ones shipped."""
@@ -382,8 +404,71 @@ def translate(exc: BaseException, what: str) -> StoreError:
     if isinstance(exc, psycopg_pool.PoolTimeout | psycopg.errors.ConnectionTimeout | TimeoutError):
         return StoreTimeout(f"PostgreSQL did not answer {what} in time: {exc}")
     if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolClosed | OSError):
-        return StoreError(f"PostgreSQL is unreachable ({what}): {exc}")
+        return StoreError(f"PostgreSQL is unreachable for {what}: {exc}")
     return StoreError(f"PostgreSQL failed {what}: {exc}")
+
+
+FIRST_CONNECT_SLICE = 0.02
+"""Seconds a call waits at a time for the pool's first connection, between looks at what
+the connection attempts found (``Connects``)."""
+
+# What a server's refusal says when retrying cannot change it: a missing role or database,
+# a failed authentication, no pg_hba.conf entry, no right to connect.
+_FINAL_REFUSALS = (
+    "does not exist",
+    "authentication failed",
+    "pg_hba.conf",
+    "permission denied",
+    "no password supplied",
+    "password is required",
+)
+
+
+class Connects:
+    """What the pool's connection attempts found: the shells' connection class records
+    each attempt (``failed`` / ``succeeded``), from the pool's worker threads or tasks.
+
+    Until a first connection succeeds, a call that needs one does not wait the whole
+    timeout for it: the error of the last attempt is raised at once as a ``StoreError``
+    with the server's own reason (``refusal``), and when retrying cannot fix it
+    (``final``) the shell closes the pool, so its background retries stop instead of
+    logging the same refusal again and again.
+    """
+
+    __slots__ = ("connected", "error")
+
+    def __init__(self) -> None:
+        self.connected = False
+        self.error: BaseException | None = None
+
+    def failed(self, exc: BaseException) -> None:
+        self.error = exc
+
+    def succeeded(self) -> None:
+        self.connected = True
+        self.error = None
+
+    def final(self) -> bool:
+        """Whether no connection was ever made and the last attempt failed for a reason that
+        retrying cannot fix (the server refused this role, database or password; or the
+        client refused the connection options)."""
+        import psycopg
+
+        error = self.error
+        if self.connected or error is None:
+            return False
+        if not isinstance(error, psycopg.OperationalError):
+            return True  # the client refused the options: no retry changes them
+        text = str(error)
+        return "FATAL" in text and any(reason in text for reason in _FINAL_REFUSALS)
+
+
+def refusal(exc: BaseException, what: str) -> StoreError:
+    """The ``StoreError`` of a connection attempt that failed, with its own reason (the caller
+    chains it with ``from exc``)."""
+    reason = " ".join(str(exc).split())
+    reason = reason.removeprefix("connection failed: ")
+    return StoreError(f"could not connect to PostgreSQL for {what}: {reason}")
 
 
 def store_down(exc: BaseException) -> bool:

@@ -31,7 +31,7 @@ from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 from ratekeeper.stores.postgres.calls import PostgresCalls
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, disown, row, sever, store_down
+from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, disown, row, sever, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -109,6 +109,7 @@ class PostgresStore(PostgresCalls):
             min_size=opts.min_size,
             max_size=opts.max_size,
             configure=self._configure,
+            connection_class=_recording(self.connects),
             timeout=opts.timeout,
             reconnect_timeout=max(60.0, opts.timeout),
             name="ratekeeper",
@@ -186,3 +187,21 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def _recording(connects: Connects) -> Any:
+    """psycopg's ``Connection``, recording each attempt of the pool in ``connects``."""
+    import psycopg
+
+    class RecordingConnection(psycopg.Connection[Any]):
+        @classmethod
+        def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = super().connect(*args, **kwargs)
+            except BaseException as exc:
+                connects.failed(exc)
+                raise
+            connects.succeeded()
+            return conn
+
+    return RecordingConnection

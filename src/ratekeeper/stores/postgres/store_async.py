@@ -19,7 +19,7 @@ from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_async import AsyncCoalescer
 from ratekeeper.stores.postgres.calls_async import AsyncPostgresCalls
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, row, sever, store_down
+from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, row, sever, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -58,6 +58,7 @@ class AsyncPostgresStore(AsyncPostgresCalls):
                 min_size=opts.min_size,
                 max_size=opts.max_size,
                 configure=self._configure,
+                connection_class=_recording(self.connects),
                 timeout=opts.timeout,
                 reconnect_timeout=max(60.0, opts.timeout),
                 name="ratekeeper-async",
@@ -111,3 +112,21 @@ class AsyncPostgresStore(AsyncPostgresCalls):
         if self.pool is not None:
             await self._return_kept()
             await self.pool.close()
+
+
+def _recording(connects: Connects) -> Any:
+    """psycopg's ``AsyncConnection``, recording each attempt of the pool in ``connects``."""
+    import psycopg
+
+    class RecordingConnection(psycopg.AsyncConnection[Any]):
+        @classmethod
+        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
+            try:
+                conn = await super().connect(*args, **kwargs)
+            except BaseException as exc:
+                connects.failed(exc)
+                raise
+            connects.succeeded()
+            return conn
+
+    return RecordingConnection
