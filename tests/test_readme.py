@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import contextlib
+import io
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -13,6 +16,43 @@ README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
 def python_blocks() -> list[str]:
     return re.findall(r"```python\n(.*?)```", README, re.DOTALL)
+
+
+SHOWN = re.compile(r"#\s*(->|prints:)\s*(.*?)\s*$")
+"""A comment that shows an output: ``# -> <Python literal>`` after an expression (its
+value), ``# prints: <text>`` on a line of a statement (what that statement prints)."""
+
+
+def run_checking_shown_outputs(source: str, name: str, namespace: dict[str, Any]) -> int:
+    """Run ``source`` one top-level statement at a time; every output a comment shows must
+    be what the statement gives. Returns how many shown outputs were checked."""
+    lines = source.splitlines()
+    checked = 0
+    for node in ast.parse(source).body:
+        shown = [m for line in lines[node.lineno - 1 : node.end_lineno] if (m := SHOWN.search(line))]
+        code = compile(ast.Module(body=[node], type_ignores=[]), name, "exec")
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            if isinstance(node, ast.Expr):
+                value = eval(compile(ast.Expression(node.value), name, "eval"), namespace)
+            else:
+                exec(code, namespace)
+        for match in shown:
+            kind, text = match.groups()
+            where = f"{name} line {node.lineno}: {ast.get_source_segment(source, node)!r}"
+            if kind == "->":
+                assert isinstance(node, ast.Expr), f"{where}: '# ->' shows the value of an expression"
+                assert ast.literal_eval(text) == value, f"{where} gives {value!r}, the README shows {text}"
+            else:
+                assert text + "\n" == printed.getvalue(), f"{where} prints {printed.getvalue()!r}, not {text!r}"
+            checked += 1
+    return checked
+
+
+def test_the_tour_shows_what_it_gives() -> None:
+    """Every output the tour's comments show is what its code gives, run as written."""
+    namespace: dict[str, Any] = {}
+    assert 3 <= run_checking_shown_outputs(python_blocks()[0], "README tour", namespace)
 
 
 def test_the_tour_runs_and_decides_as_it_says() -> None:

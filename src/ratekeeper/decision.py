@@ -206,18 +206,22 @@ class Decision(tuple[Any, ...]):
         extra = f", delay={self.delay:.6f}" if self[5] else ""
         lease = f", lease_id={self[8]!r}" if self[8] else ""
         fallback = f", fallback={self[9]!r}" if self[9] else ""
+        if not self[1]:  # a key no limit applies to (Decision.unlimited)
+            return f"<Decision {self[0]!r} allowed: unlimited{fallback}>"
         return (
             f"<Decision {self[0]!r} {state}: remaining={self.remaining}, retry_after={self.retry_after:.6f}, "
             f"reset_after={self.reset_after:.6f}{extra}{lease}{fallback}>"
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready view (``inf`` becomes None)."""
+        """A JSON-ready view (``inf`` becomes None; a key no limit applies to has
+        ``"unlimited": true`` and ``"remaining": null``)."""
         retry = self.retry_after
         return {
             "rule": self.rule,
             "allowed": self.allowed,
-            "remaining": self.remaining,
+            "remaining": None if not self[1] else self.remaining,
+            **({"unlimited": True} if not self[1] else {}),
             "retry_after": None if math.isinf(retry) else retry,
             "reset_after": self.reset_after,
             "delay": self.delay,

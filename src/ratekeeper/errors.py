@@ -18,6 +18,7 @@ the store boundary to the most specific of these and chained with ``from exc``.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -80,12 +81,17 @@ class RateLimitExceeded(RateKeeperError):
     ``decision`` holds the refusal (``retry_after``, ``denied_by``, per-limit stats).
     """
 
-    def __init__(self, decision: Decision, message: str | None = None) -> None:
+    def __init__(self, decision: Decision, message: str | None = None, *, cost: int | None = None) -> None:
         self.decision = decision
         if message is None:
             limit = decision.denied_by
-            what = f"limit {limit}" if limit is not None else "limit"
-            message = f"rate limited by {what} of rule {decision.rule!r}; retry after {decision.retry_after:.3f}s"
+            if limit is not None and math.isinf(decision.retry_after):
+                from ratekeeper.limit import never_admitted  # limit.py imports this module
+
+                message = f"{never_admitted(cost, limit)} of rule {decision.rule!r}"
+            else:
+                what = f"limit {limit}" if limit is not None else "limit"
+                message = f"rate limited by {what} of rule {decision.rule!r}; retry after {decision.retry_after:.3f}s"
         super().__init__(message)
 
     @property

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ratekeeper.errors import InvalidLimit
 
-__all__ = ["ACCEPTED_FORMS", "MAX_COUNT", "Limit", "parse_duration"]
+__all__ = ["ACCEPTED_FORMS", "DURATION_FORMS", "MAX_COUNT", "Limit", "never_admitted", "parse_duration"]
 
 _US_PER_UNIT: dict[str, int] = {}
 for _names, _us in (
@@ -28,6 +28,11 @@ ACCEPTED_FORMS = (
     "us, ms, s, second, m, min, minute, h, hour, d, day)"
 )
 
+DURATION_FORMS = (
+    '"3s", "100ms", "1.5s", "10 minutes", "minute" '
+    "(an optional amount, then a unit: us, ms, s, second, m, min, minute, h, hour, d, day)"
+)
+
 _LIMIT_RE = re.compile(
     r"^\s*(?P<count>\d+)\s*(?:/|\s+per\s+)\s*(?P<amount>\d+(?:\.\d+)?)?\s*(?P<unit>[a-zµ]+)\s*$",
     re.IGNORECASE | re.ASCII,  # ASCII digits only: "٣/s" is not a limit
@@ -41,15 +46,15 @@ algorithm (Lua numbers are doubles, exact below 2**53, and a count, what was cou
 cost are added together). The bucket algorithms bound ``capacity x period / count`` too."""
 
 
-def _unit_us(unit: str, text: str) -> int:
+def _unit_us(unit: str, text: str, forms: str) -> int:
     try:
         return _US_PER_UNIT[unit.lower()]
     except KeyError:
-        raise InvalidLimit(f"unknown time unit {unit!r} in {text!r}; accepted forms: {ACCEPTED_FORMS}") from None
+        raise InvalidLimit(f"unknown time unit {unit!r} in {text!r}; accepted forms: {forms}") from None
 
 
-def _amount_us(amount: str | None, unit: str, text: str) -> int:
-    per_unit = _unit_us(unit, text)
+def _amount_us(amount: str | None, unit: str, text: str, forms: str = ACCEPTED_FORMS) -> int:
+    per_unit = _unit_us(unit, text, forms)
     value = float(amount) * per_unit if amount is not None else float(per_unit)
     us = round(value)
     if us <= 0 or abs(value - us) > 1e-6:
@@ -61,8 +66,8 @@ def parse_duration(text: str) -> int:
     """Parse ``"3s"``, ``"100ms"``, ``"10 minutes"`` or ``"minute"`` into microseconds."""
     m = _DURATION_RE.match(text)
     if not m:
-        raise InvalidLimit(f"cannot parse duration {text!r}; write e.g. '3s', '100ms', '10 minutes'")
-    return _amount_us(m.group("amount"), m.group("unit"), text)
+        raise InvalidLimit(f"cannot parse duration {text!r}; accepted forms: {DURATION_FORMS}")
+    return _amount_us(m.group("amount"), m.group("unit"), text, DURATION_FORMS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +141,13 @@ class Limit:
     def __str__(self) -> str:
         text = f"{self.count}/{_format_period(self.period_us)}"
         return text if self.burst is None else f"{text} (burst {self.burst})"
+
+
+def never_admitted(cost: int | None, limit: Limit) -> str:
+    """Why a cost above a limit's capacity is refused for good:
+    ``"cost 21 can never be admitted by 20/minute (capacity 20)"``."""
+    what = "this cost" if cost is None else f"cost {cost}"
+    return f"{what} can never be admitted by {limit} (capacity {limit.capacity})"
 
 
 def _format_period(us: int) -> str:

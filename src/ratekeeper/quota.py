@@ -224,7 +224,7 @@ class Quota:
             self._idle.notify_all()
 
     def _failed(self, key: str, exc: BaseException) -> None:
-        log.warning("quota provider failed for key %r: %s", key, exc)
+        log.warning("quota provider failed for key %r: %s: %s", key, type(exc).__name__, exc)
         now = self._clock.now_us() / 1_000_000
         with self._lock:
             self.errors += 1

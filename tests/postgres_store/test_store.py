@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 
@@ -18,7 +19,7 @@ from ratekeeper.stores.postgres.store import PostgresStore
 from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 from ratekeeper.stores.url import open_async_store, open_store
 
-from .conftest import PG_URL
+from .conftest import PG_URL, drop_schema
 
 pytestmark = pytest.mark.postgres
 
@@ -535,3 +536,37 @@ def test_new_keys_of_the_gcra_fast_path_sweep_idle_rows(store: PostgresStore, sc
         if not idle & {k for k, _ in rows(schema)}:
             break
     assert not idle & {k for k, _ in rows(schema)}
+
+
+def test_unlogged_on_an_existing_logged_table_says_it_was_not_applied(
+    pg_url: str, schema: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 9, item 9: ``unlogged=true`` applies when the store creates the table; on a
+    logged table that exists already, the store and ``ratekeeper migrate`` say so."""
+    from ratekeeper.cli import main
+
+    logged = PostgresStore(pg_url)
+    logged.migrate()
+    logged.close()
+    with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+        store = PostgresStore(f"{pg_url}&unlogged=true")
+        try:
+            assert store.decide(Op.decide(Rule("unlogged", ["1/s"]).plan, "k", 1)).allowed  # the schema check
+        finally:
+            store.close()
+        assert 0 == main(["migrate", "--store", f"{pg_url}&unlogged=true"])
+    notes = [r.getMessage() for r in caplog.records if "unlogged=true was not applied" in r.getMessage()]
+    assert 2 == len(notes)
+    assert f"ALTER TABLE {schema}.state SET UNLOGGED" in notes[0]
+    with psycopg.connect(PG_URL) as conn:
+        row = conn.execute("SELECT relpersistence FROM pg_class WHERE oid = to_regclass(%s)", (f"{schema}.state",))
+        assert ("p",) == row.fetchone()  # left as it was
+    caplog.clear()
+    fresh = PostgresStore(f"{PG_URL}?schema={schema}_u&unlogged=true")
+    try:
+        with caplog.at_level(logging.WARNING, logger="ratekeeper"):
+            fresh.migrate()
+        assert not [r for r in caplog.records if "unlogged" in r.getMessage()]  # created UNLOGGED: nothing to say
+    finally:
+        fresh.close()
+        drop_schema(f"{schema}_u")

@@ -10,6 +10,14 @@ import argparse
 
 __all__ = ["add_parser", "run"]
 
+EPILOG = "What each cell measures, and how to read the report: docs/benchmarks.md."
+
+
+def _description(summary: str) -> str:
+    """A store command's description: what it compares, for ``--help`` (its module's
+    docstring is the reference of how it measures, not usage)."""
+    return f"Benchmark {summary}; print the results as Markdown tables (--markdown PATH also writes them to PATH)."
+
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -18,12 +26,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     stores = p.add_subparsers(dest="store", required=True, metavar="STORE")
     from ratekeeper_bench import memory
 
-    m = stores.add_parser(
-        "memory",
-        help="the memory store against limits, pyrate-limiter and throttled-py",
-        description=memory.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "the memory store against limits, pyrate-limiter and throttled-py"
+    m = stores.add_parser("memory", help=summary, description=_description(summary), epilog=EPILOG)
     memory.add_arguments(m)
     m.set_defaults(bench_run=memory.run)
     from ratekeeper_bench import postgres, redis
@@ -32,29 +36,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         ("redis", redis, "the Redis store against limits, pyrate-limiter, throttled-py and the raw redis-py floor"),
         ("postgres", postgres, "the PostgreSQL store against the strategies it replaces and pyrate-limiter"),
     ):
-        server = stores.add_parser(
-            name, help=summary, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        server = stores.add_parser(name, help=summary, description=_description(summary), epilog=EPILOG)
         module.add_arguments(server)
         server.set_defaults(bench_run=module.run)
     from ratekeeper_bench import web
 
-    w = stores.add_parser(
-        "web",
-        help="the web middleware against the bare app and slowapi, flask-limiter, django-ratelimit, under wrk",
-        description=web.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "the web middleware against the bare app and slowapi, flask-limiter, django-ratelimit, under wrk"
+    w = stores.add_parser("web", help=summary, description=_description(summary), epilog=EPILOG)
     web.add_arguments(w)
     w.set_defaults(bench_run=web.run)
     from ratekeeper_bench import serve
 
-    s = stores.add_parser(
-        "serve",
-        help="the service (ratekeeper serve) under wrk, h2load and a grpcio client: HTTP and gRPC, memory and Redis",
-        description=serve.__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    summary = "the service (ratekeeper serve) under wrk, h2load and a grpcio client: HTTP and gRPC, memory and Redis"
+    s = stores.add_parser("serve", help=summary, description=_description(summary), epilog=EPILOG)
     serve.add_arguments(s)
     s.set_defaults(bench_run=serve.run)
 

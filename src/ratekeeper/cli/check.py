@@ -9,7 +9,8 @@ import re
 
 from ratekeeper.algorithms import ALGORITHMS
 from ratekeeper.errors import RateKeeperError
-from ratekeeper.limit import parse_duration
+from ratekeeper.limit import never_admitted, parse_duration
+from ratekeeper.limiter.checks import check
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.rule import DEFAULT_ALGORITHM, Rule
 from ratekeeper.testing import FakeClock
@@ -47,6 +48,12 @@ def run(args: argparse.Namespace) -> int:
         0 if re.fullmatch(r"\s*0+(\.0*)?\s*[a-zµ]*\s*", args.every, re.IGNORECASE) else parse_duration(args.every)
     )
     rule = Rule(args.name, args.limit, args.algorithm, burst=args.burst)
+    # Every refusal of the input comes before the table (and exits non-zero): a cost no
+    # limit can ever admit is one, since every row would only repeat it.
+    check(rule, args.key, args.cost)
+    for limit in rule.limits:
+        if args.cost > limit.capacity:
+            raise RateKeeperError(never_admitted(args.cost, limit))
     simulated = args.store.startswith("memory:")
     clock = FakeClock() if simulated else None
     limiter = Limiter(args.store, clock=clock)

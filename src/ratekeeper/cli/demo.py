@@ -7,6 +7,7 @@ the concurrency is real (threads).
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import threading
 from typing import TextIO
@@ -36,6 +37,19 @@ def _concurrent(n: int, call: object) -> list[object]:
 
 
 def run_demo(out: TextIO) -> int:
+    """Print the walk-through to ``out``; what the ``ratekeeper`` logger says meanwhile is
+    printed there too, in place, as a log line (not a stray line on stderr)."""
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logging.Formatter("   log: %(levelname)s %(name)s: %(message)s"))
+    logger = logging.getLogger("ratekeeper")
+    logger.addHandler(handler)
+    try:
+        return _walk_through(out)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _walk_through(out: TextIO) -> int:
     clock = FakeClock()
     limiter = Limiter("memory://", clock=clock)
 

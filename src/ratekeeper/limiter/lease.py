@@ -40,6 +40,16 @@ class _LeaseBase:
         self.decision = decision
         self.released = False
 
+    def __repr__(self) -> str:
+        if self.decision is None:
+            state = "not acquired"
+        elif self.decision.lease_id is None:
+            state = "unlimited key"
+        else:
+            state = f"{'released' if self.released else 'held'} id={self.decision.lease_id!r}"
+        cost = f" cost={self.cost}" if self.cost != 1 else ""
+        return f"<{type(self).__name__} {self.rule.name!r} key={self.key!r}{cost}: {state}>"
+
     def _take_for_release(self) -> str | None:
         if self.decision is None or self.released or self.decision.lease_id is None:
             return None

@@ -134,16 +134,19 @@ class AsyncPostgresCalls:
         connects = self.connects
         deadline = time.monotonic() + self.core.timeout
         while True:
+            left = max(0.001, deadline - time.monotonic())
+            if connects.connected:  # made meanwhile: wait as any call does, for what is left
+                return await pool.getconn(timeout=left)
             error = connects.error
-            if error is not None and not connects.connected:
+            if error is not None:
                 if connects.final():
                     with contextlib.suppress(Exception):
                         await pool.close(timeout=1.0)  # its workers are idle: they stop at once
                 raise refusal(error, what) from error
             try:
-                return await pool.getconn(timeout=max(0.001, min(FIRST_CONNECT_SLICE, deadline - time.monotonic())))
+                return await pool.getconn(timeout=min(FIRST_CONNECT_SLICE, left))
             except psycopg_pool.PoolTimeout:
-                if time.monotonic() >= deadline or connects.connected:
+                if time.monotonic() >= deadline:
                     raise
 
     async def _give_back(self, conn: Any, healthy: bool) -> None:

@@ -135,7 +135,7 @@ def translate(exc: BaseException, what: str) -> StoreError:
     if isinstance(exc, rexc.TimeoutError | TimeoutError):
         return StoreTimeout(f"Redis did not answer {what} in time: {exc}")
     if isinstance(exc, rexc.ConnectionError | OSError):
-        return StoreError(f"Redis is unreachable ({what}): {exc}")
+        return StoreError(f"Redis is unreachable for {what}: {exc}")
     return StoreError(f"Redis failed {what}: {exc}")
 
 

@@ -101,7 +101,7 @@ class RedisStore(RedisCalls):
         try:
             return redis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
         except self._errors as exc:
-            raise translate(exc, "a decision (connecting)") from exc
+            raise translate(exc, "a decision") from exc  # "Redis is unreachable for a decision: ... connecting ..."
 
     def close(self) -> None:
         """Close the client (and, behind Sentinel, the connections to the sentinels)."""
