@@ -406,7 +406,8 @@ def _timed(service: Service, load: Callable[[], Load]) -> Round:
     server = service.cpu_seconds() - cpu_before
     wait = service.runqueue_seconds() - wait_before
     loader = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-    seconds = measured.seconds if measured.seconds > 0 else 1.0
+    seconds = measured.seconds + measured.warm_up  # the CPU was read around the warm-up too
+    seconds = seconds if seconds > 0 else 1.0
     return Round(measured, server / seconds, loader / seconds, wait / seconds)
 
 
@@ -421,6 +422,8 @@ def _summary(r: Round, kind: Kind) -> str:
     )
     if load.refused:
         text += f", refused {report.format_fraction(load.refused / max(1, load.requests))}"
+    if load.failed:
+        text += f", failed {report.format_fraction(load.failed / max(1, load.requests))}"
     if load.errors:
         text += f", {load.errors} errors"
     return text
@@ -634,10 +637,11 @@ def render_markdown(result: ServeBenchResult) -> str:
         f"client: {GRPC_CONCURRENCY} calls in flight over {GRPC_CHANNELS} channels. Rules: {OPEN_LIMIT:,}/s (never "
         "refuses; each call decided and charged) and 1/hour spent before timing (*spent*: every answer refused). "
         "*decisions/s* = requests/s x checks per request; *refused*: share of 429 / `OVER_LIMIT` answers "
-        "(h2load does not read gRPC trailers: its spent case is probed, not counted); *server CPU*, *load "
-        "CPU*: CPU time of the service and of the load generator over the round's wall time; *server waited*: "
-        "time the service's threads were runnable but another process held CPU 0 (`/proc/PID/task/*/schedstat`), "
-        "over the wall time; *per server CPU-s*: requests per second of the service's CPU time.",
+        "(h2load does not read gRPC trailers: its spent case is probed, not counted); *failed*: other non-2xx "
+        "answers (a 503 is a store failure) and socket errors; *server CPU*, *load CPU*: CPU time of the service "
+        "and of the load generator over the round's wall time; *server waited*: time the service's event-loop "
+        "thread was runnable but another process held CPU 0 (`/proc/PID/schedstat`), over the wall time; *per "
+        "server CPU-s*: requests per second of the service's CPU time.",
         "",
         f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
         f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
@@ -648,32 +652,34 @@ def render_markdown(result: ServeBenchResult) -> str:
         lowest = min(r.median.server_cpu for r in busy)
         out += [
             f"> **The service did not have its CPU to itself**: in {len(busy)} of {len(result.results)} cases its "
-            f"CPU share in the median round was under 90 % (lowest {lowest:.0%}): other processes took CPU 0, or "
-            "the load generator could not keep the service busy. Rates are low and ratios noisy there.",
+            f"CPU share in the median round was under 90 % (lowest {lowest:.0%}): other processes took CPU 0 "
+            "(*server waited*), or the load generator could not keep the service busy. Rates are low and ratios "
+            "noisy there; *per server CPU-s* is the better guide.",
             "",
         ]
     out += [
         "### Peak",
         "",
-        "| store | case | requests/s | decisions/s | p50 ms | p99 ms | refused | server CPU | server waited "
-        "| per server CPU-s | load CPU | rounds, requests/s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| store | case | requests/s | decisions/s | p50 ms | p99 ms | refused | failed | server CPU "
+        "| server waited | per server CPU-s | load CPU | rounds, requests/s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in result.results:
         load = r.median.load
-        errors = f", {load.errors} errors" if load.errors else ""
+        failed = report.format_fraction(load.failed / max(1, load.requests))
+        failed += f", {load.errors} errors" if load.errors else ""
         decisions = report.format_rate(r.decision_rate) if r.case.kind.decisions else "-"
         refused = report.format_fraction(load.refused / max(1, load.requests))
         if r.case.kind.tool == "h2load":
             refused = "probed" if r.case.kind.denied else "n/a"
         out.append(
             f"| {r.case.store} | {r.case.kind.label} | {report.format_rate(load.rate)} | {decisions} | "
-            f"{_ms(load.p50_us)} | {_ms(load.p99_us)} | {refused}{errors} | {r.median.server_cpu:.0%} | "
+            f"{_ms(load.p50_us)} | {_ms(load.p99_us)} | {refused} | {failed} | {r.median.server_cpu:.0%} | "
             f"{r.median.server_wait:.0%} | "
             f"{'n/a' if r.per_cpu_second is None else report.format_rate(r.per_cpu_second)} | "
             f"{r.median.load_cpu:.0%} | {', '.join(report.format_rate(x.load.rate) for x in r.rounds)} |"
         )
-    out += [f"| | {label} | failed | | | | | | | | | {error} |" for label, error in result.failures]
+    out += [f"| | {label} | failed | | | | | | | | | | {error} |" for label, error in result.failures]
     out += [
         "",
         "### Latency at half the peak rate",
@@ -690,7 +696,7 @@ def render_markdown(result: ServeBenchResult) -> str:
         out.append(
             f"| {p.store} | {what} | {report.format_rate(p.peak)} | {report.format_rate(p.load.rate_asked)} | "
             f"{report.format_rate(p.load.rate)} | {_ms(p.load.p50_us)} | {_ms(p.load.p99_us)} | "
-            f"{_ms(p.load.max_us)} | {p.load.errors} | {p.server_cpu:.0%} |"
+            f"{_ms(p.load.max_us)} | {p.load.errors + p.load.failed} | {p.server_cpu:.0%} |"
         )
     out += [
         "",

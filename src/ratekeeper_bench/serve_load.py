@@ -69,6 +69,10 @@ class Load:
     """Answers that were not a success: HTTP non-2xx (429s here), gRPC ``OVER_LIMIT``."""
     errors: int = 0
     """Socket errors, timeouts, failed streams or calls."""
+    failed: int = 0
+    """HTTP answers other than 2xx and 429 (a 503 when the store fails)."""
+    warm_up: float = 0.0
+    """Seconds the generator loaded the service before ``seconds`` began (h2load's warm-up)."""
     rate_asked: float = 0.0
     """The paced runs' target rate (0 for a peak run)."""
 
@@ -136,7 +140,36 @@ end
 """
     else:
         raise ValueError(f"unknown wrk case {kind!r}")
-    return head + WRK_DONE_HOOK
+    return head + WRK_DONE_HOOK + _STATUS_HOOKS
+
+
+_STATUS_MARKER = "RKSTATUS "
+_STATUS_HOOKS = f"""\
+-- Statuses counted one by one (a 429 from a 503 apart), then printed after the summary.
+local threads = {{}}
+setup = function(thread) table.insert(threads, thread) end
+statuses = {{}}
+response = function(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end
+local summary_done = done
+done = function(summary, latency, requests)
+  summary_done(summary, latency, requests)
+  local parts = {{}}
+  for _, thread in ipairs(threads) do
+    for status, n in pairs(thread:get("statuses")) do table.insert(parts, string.format('"%d": %d', status, n)) end
+  end
+  io.write("{_STATUS_MARKER}{{" .. table.concat(parts, ", ") .. "}}\\n")
+end
+"""
+
+
+def _statuses(stdout: str) -> dict[int, int]:
+    """The statuses counted by ``_STATUS_HOOKS`` (summed over wrk's threads)."""
+    counts: dict[int, int] = {}
+    for line in stdout.splitlines():
+        if line.startswith(_STATUS_MARKER):
+            for status, n in json.loads(line[len(_STATUS_MARKER) :]).items():
+                counts[int(status)] = counts.get(int(status), 0) + int(n)
+    return counts
 
 
 def run_wrk(url: str, script: str, *, seconds: int, connections: int, cpu: int | None) -> Load:
@@ -153,7 +186,12 @@ def run_wrk(url: str, script: str, *, seconds: int, connections: int, cpu: int |
         w = parse_output(out)
     except RuntimeError as exc:
         raise LoadError(str(exc)) from exc
-    return Load(w.requests, w.seconds, w.p50_us, w.p99_us, w.max_us, refused=w.non_2xx, errors=w.socket_errors)
+    statuses = _statuses(out)
+    refused = statuses.get(429, 0)
+    failed = sum(n for status, n in statuses.items() if not 200 <= status < 300 and status != 429)
+    return Load(
+        w.requests, w.seconds, w.p50_us, w.p99_us, w.max_us, refused=refused, errors=w.socket_errors, failed=failed
+    )
 
 
 # -- h2load ----------------------------------------------------------------------------------
@@ -223,6 +261,7 @@ def run_h2load(
         p99_us=percentile(latencies, 99),
         max_us=latencies[-1] if latencies else 0.0,
         errors=failed + errored,
+        warm_up=warm_up,
     )
 
 
@@ -237,7 +276,8 @@ def run_client(arguments: list[str], *, seconds: float, cpu: int | None) -> Load
         if line.startswith(CLIENT_MARKER):
             data = json.loads(line[len(CLIENT_MARKER) :])
             statuses: dict[str, int] = data.get("statuses", {})
-            refused = sum(n for status, n in statuses.items() if not status.startswith("2"))
+            refused = statuses.get("429", 0)
+            failed = sum(n for status, n in statuses.items() if not status.startswith("2") and status != "429")
             return Load(
                 requests=int(data["requests"]),
                 seconds=float(data["seconds"]),
@@ -246,6 +286,7 @@ def run_client(arguments: list[str], *, seconds: float, cpu: int | None) -> Load
                 max_us=float(data["max_us"]),
                 refused=refused + int(data.get("denied", 0)),
                 errors=int(data["errors"]),
+                failed=failed,
                 rate_asked=float(data.get("rate_asked", 0.0)),
             )
     raise LoadError(f"serve_client printed no {CLIENT_MARKER.strip()} line: {out.strip()[-400:]!r}")

@@ -156,20 +156,13 @@ class Service:
         return tree_cpu_seconds(self.pid)
 
     def runqueue_seconds(self) -> float:
-        """Seconds the service's threads spent runnable but waiting for a CPU (the second
-        field of ``/proc/PID/task/TID/schedstat``, summed): time another process held its
+        """Seconds the service's main thread (its event loop) spent runnable but waiting for
+        a CPU (the second field of ``/proc/PID/schedstat``): time another process held its
         CPU. 0 where the kernel keeps no schedstat."""
-        total = 0
         try:
-            tasks = list(Path(f"/proc/{self.pid}/task").iterdir())
-        except OSError:
+            return int(Path(f"/proc/{self.pid}/schedstat").read_text().split()[1]) / 1e9
+        except (OSError, ValueError, IndexError):
             return 0.0
-        for task in tasks:
-            try:
-                total += int((task / "schedstat").read_text().split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-        return total / 1e9
 
     def stop(self) -> None:
         process, self._process = self._process, None
