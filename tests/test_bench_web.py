@@ -88,7 +88,7 @@ def test_markdown_has_a_table_per_stack_with_numbers_and_the_targets(
     assert "### Flask" not in text
     ratios = r"[\d,]+ \| \d+\.\d\d \| [\d,]+ \| \d+\.\d\d"  # requests/s, × bare, per CPU-s, × bare
     share = r"[<>]?[\d.]+%(, \d+ socket errors)?"  # ">99.9%", and socket errors on a loaded machine
-    number = rf"{ratios} \| \d+\.\d\d \| \d+\.\d\d \| {share} \| \d+% \| \d+% \| [\d,]+ \|"
+    number = rf"{ratios} \| \d+\.\d\d \| \d+\.\d\d \| {share} \| \d+% \| \d+% \| (\d+%|n/a) \| [\d,]+ \|"
     for label in ("bare", "ratekeeper memory", "ratekeeper redis", "slowapi", "django-ratelimit, denied"):
         assert re.search(rf"^\| {re.escape(label)} \| {number}$", text, re.MULTILINE), (label, text)
     target = r"^\| starlette: ratekeeper memory / bare \| ≥ 0\.90 \| \d+\.\d\d \| (yes|\*\*no\*\*) \| \d+\.\d\d \| "

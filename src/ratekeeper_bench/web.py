@@ -179,6 +179,8 @@ class Round:
     wrk: WrkResult
     server_cpu: float
     wrk_cpu: float
+    others_cpu: float | None = None
+    """Share of the server's CPU (CPU 0, when pinned) that other processes used during the round."""
 
     @property
     def cpu_rate(self) -> float:
@@ -350,8 +352,23 @@ def _versions() -> dict[str, str]:
     return found
 
 
+def _cpu_ticks(cpu: int) -> tuple[int, int]:
+    """(busy, total) clock ticks of one CPU since boot, from ``/proc/stat``; (0, 0) if unreadable."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(f"cpu{cpu} "):
+                    ticks = [int(x) for x in line.split()[1:9]]
+                    idle = ticks[3] + ticks[4]  # idle, iowait
+                    return sum(ticks) - idle, sum(ticks)
+    except (OSError, ValueError):
+        pass
+    return 0, 0
+
+
 def _round(server: Server, wrk: str, settings: Settings, seconds: int, pinned: bool) -> Round:
     cpu_before = server.cpu_seconds()
+    busy_before, total_before = _cpu_ticks(0)
     # wrk is the only child that ends during the run, so the children's usage is wrk's.
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = run_wrk(
@@ -363,10 +380,17 @@ def _round(server: Server, wrk: str, settings: Settings, seconds: int, pinned: b
         cpu=1 if pinned else None,
     )
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_seconds = server.cpu_seconds() - cpu_before
+    busy, total = _cpu_ticks(0)
     if result.seconds <= 0:
         return Round(result, 0.0, 0.0)
     wrk_seconds = children.ru_utime + children.ru_stime - children_before.ru_utime - children_before.ru_stime
-    return Round(result, (server.cpu_seconds() - cpu_before) / result.seconds, wrk_seconds / result.seconds)
+    others = None
+    if pinned and total > total_before:
+        # CPU 0's busy share over the round, less the server's own share: what others took from it.
+        busy_share = (busy - busy_before) / (total - total_before)
+        others = max(0.0, busy_share - server_seconds / result.seconds)
+    return Round(result, server_seconds / result.seconds, wrk_seconds / result.seconds, others)
 
 
 def _summary(r: Round) -> str:
@@ -375,6 +399,8 @@ def _summary(r: Round) -> str:
         f"{report.format_rate(w.rate)} req/s, p50 {w.p50_us / 1000:.2f} ms, p99 {w.p99_us / 1000:.2f} ms, "
         f"server CPU {r.server_cpu:.0%}, wrk CPU {r.wrk_cpu:.0%}"
     )
+    if r.others_cpu is not None:
+        text += f", others on the server's CPU {r.others_cpu:.0%}"
     if w.non_2xx:
         text += f", non-2xx {report.format_fraction(w.non_2xx_fraction)}"
     if w.socket_errors:
@@ -554,7 +580,8 @@ def render_markdown(result: WebBenchResult) -> str:
         "under gunicorn (1 gthread worker, 1 thread, keep-alive, no access log). One endpoint, `GET /bench` "
         "answering `ok`; every request from 127.0.0.1 (one key). *allowed*: a limit of 1,000,000/s; "
         "*denied*: 1/hour, spent before timing. *× bare*: requests/s over the same stack's bare app. "
-        "*server CPU*, *wrk CPU*: each one's CPU time over the round's wall time. *per CPU-s*: requests per "
+        "*server CPU*, *wrk CPU*: each one's CPU time over the round's wall time; *others*: the share of the "
+        "server's CPU that other processes used meanwhile (pinned runs only). *per CPU-s*: requests per "
         "second of the server's CPU time (the median over the rounds), the inverse of its cost per request: "
         "steadier than requests/s when other processes take CPU time, but for the Redis cases, where the "
         "server also waits, a cost rather than a reachable rate.",
@@ -581,21 +608,22 @@ def render_markdown(result: WebBenchResult) -> str:
             f"### {stack.capitalize()} ({FRAMEWORKS[stack].server})",
             "",
             "| case | requests/s | × bare | per CPU-s | × bare | p50 ms | p99 ms | non-2xx | server CPU | wrk CPU "
-            "| rounds, requests/s |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| others | rounds, requests/s |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for r in rows:
             ratio, cpu_ratio = result.ratio_to_bare(r), result.cpu_ratio_to_bare(r)
             w = r.median.wrk
             errors = f", {w.socket_errors} socket errors" if w.socket_errors else ""
             rates = ", ".join(report.format_rate(x.wrk.rate) for x in r.rounds)
+            others = "n/a" if r.median.others_cpu is None else f"{r.median.others_cpu:.0%}"
             out.append(
                 f"| {r.case.label} | {report.format_rate(w.rate)} | {_ratio(ratio)} | "
                 f"{report.format_rate(r.cpu_rate)} | {_ratio(cpu_ratio)} | {_ms(w.p50_us)} | {_ms(w.p99_us)} | "
                 f"{report.format_fraction(w.non_2xx_fraction)}{errors} | "
-                f"{r.median.server_cpu:.0%} | {r.median.wrk_cpu:.0%} | {rates} |"
+                f"{r.median.server_cpu:.0%} | {r.median.wrk_cpu:.0%} | {others} | {rates} |"
             )
-        out += [f"| {f.case.label} | failed | | | | | | | | | {f.error} |" for f in failed]
+        out += [f"| {f.case.label} | failed | | | | | | | | | | {f.error} |" for f in failed]
         out.append("")
     out += [
         "### Targets",
