@@ -9,6 +9,7 @@ import dataclasses
 import io
 import os
 import re
+import socket
 import uuid
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import redis as redis_py
 from ratekeeper.cli import build_parser
 from ratekeeper_bench import web
 from ratekeeper_bench.web_apps import PATH, AppConfig
+from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, free_port
 from ratekeeper_bench.web_apps.wrk import MARKER, WrkError, find_wrk, parse_output
 
 STACKS = ("starlette", "django")
@@ -156,3 +158,22 @@ def test_the_cli_registers_bench_web(tmp_path: Path) -> None:
     assert args.bench_run is web.run
     settings = web.settings_from_args(args)
     assert (settings.duration, settings.rounds, settings.warm_up, settings.stacks) == (1, 1, False, ("flask",))
+
+
+def test_servers_get_ports_below_the_ephemeral_range() -> None:
+    """An outgoing connection (a Redis client's) cannot take a server's port before it binds."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = {free_port() for _ in range(20)}
+    assert all(20_000 <= port < low for port in ports)
+
+
+def test_a_server_whose_port_was_taken_starts_again_on_another(tmp_path: Path) -> None:
+    server = Server(FRAMEWORKS["starlette"], AppConfig("bare"), tmp_path)
+    taken = server.port
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", taken))
+        squatter.listen()
+        with server:
+            assert server.wait_ready() == 200
+            assert server.port != taken
+            assert server.probe(1) == (200,)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -67,8 +68,31 @@ FRAMEWORKS: dict[str, Framework] = {
 }
 
 
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now."""
+    """A loopback port nobody listens on right now, outside the ephemeral range when it can be.
+
+    A port that the kernel hands out for outgoing connections (port 0 comes from that
+    range) can be taken by one, a Redis client's say, between this check and the
+    server's bind; ports below the range are never taken that way.
+    """
+    low, high = _ephemeral_range()
+    candidates = range(20_000, low) if low > 21_000 else range(high + 1, 65_536)
+    for _ in range(100):
+        port = random.choice(candidates) if len(candidates) else 0
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
@@ -138,9 +162,9 @@ class Server:
             return ""
         return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])
 
-    def get(self) -> int:
+    def get(self, timeout: float = 10.0) -> int:
         """One GET of the endpoint on a fresh connection: its status."""
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=10)
+        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
         try:
             conn.request("GET", PATH)
             response = conn.getresponse()
@@ -149,14 +173,25 @@ class Server:
         finally:
             conn.close()
 
-    def wait_ready(self, timeout: float = START_TIMEOUT) -> int:
-        """Wait until the endpoint answers (the status of that first answer), or ``ServerError``."""
+    def wait_ready(self, timeout: float = START_TIMEOUT, attempts: int = 3) -> int:
+        """Wait until the endpoint answers (the status of that first answer), or ``ServerError``.
+
+        A server that exits because its port was taken meanwhile is started again on
+        another port, up to ``attempts`` starts in all.
+        """
         deadline = time.monotonic() + timeout
         while True:
             if self._process is None or self._process.poll() is not None:
-                raise ServerError(f"{self.framework.name} {self.config.variant} exited: {self.log_tail()}")
+                tail = self.log_tail()
+                if attempts > 1 and "in use" in tail.lower():
+                    self.stop()
+                    self.port = free_port()
+                    self.start()
+                    return self.wait_ready(timeout, attempts - 1)
+                raise ServerError(f"{self.framework.name} {self.config.variant} exited: {tail}")
             try:
-                return self.get()
+                # A short timeout: whoever else holds the port may accept and never answer.
+                return self.get(timeout=1.0)
             except OSError:
                 if time.monotonic() > deadline:
                     raise ServerError(
