@@ -25,7 +25,8 @@ Peak cases, each loaded for ``--duration`` whole seconds per round:
 machine's load falls on all alike; each case reports its median round. Then two paced
 runs per store (a Python asyncio client sending at a fixed rate, latency measured from
 each call's due time, so a stall is not hidden): ``/v1/check`` at half its peak and
-``ShouldRateLimit`` at half the gRPC peak. With two CPUs or more the service is pinned
+``ShouldRateLimit`` at half the gRPC peak, and ``GET /healthz`` at the ``/v1/check`` rate
+(the floor: the latency of the stack and of the machine without a decision). With two CPUs or more the service is pinned
 to CPU 0 and every load generator to CPU 1 (``taskset``; ``--no-pin`` leaves placement to
 the kernel); each round reads the CPU time of both, and the time the service's threads
 were runnable but waited for their CPU (``schedstat``): on a shared machine that wait,
@@ -53,6 +54,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -108,6 +110,12 @@ GRPC_CONCURRENCY = 64
 GRPC_CHANNELS = 2
 WARM_UP_SECONDS = 1
 STORES = ("memory", "redis")
+PACED = {
+    "http": "POST /v1/check ({connections} connections)",
+    "healthz": "GET /healthz, the floor ({connections} connections)",
+    "grpc": "gRPC ShouldRateLimit",
+}
+"""The paced runs, in order: the peak they halve is /v1/check's (``http``, ``healthz``) or gRPC's."""
 
 HEALTHZ_SHARE = 0.60
 CHECK_DECISIONS = 10_000
@@ -206,13 +214,15 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class Paced:
-    """A paced run: ``what`` (``http`` or ``grpc``) at half the ``peak`` of ``store``."""
+    """A paced run: ``what`` (a key of ``PACED``) at half the ``peak`` of ``store``."""
 
     what: str
     store: str
     peak: float
     load: Load
     server_cpu: float
+    load_cpu: float = 0.0
+    server_wait: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +252,8 @@ class ServeBenchResult:
     paced: list[Paced] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
+    service_logs: dict[str, str] = field(default_factory=dict)
+    """store -> the last lines of its service's log, kept when some of its answers failed."""
     redis_keys_deleted: int = 0
 
     def result(self, kind: str, store: str) -> CaseResult | None:
@@ -344,7 +356,11 @@ def _probe(case: Case, service: Service, names: Names) -> None:
         got = (status, doc.get("allowed"), len(doc.get("decisions", ())))
         ok = got == (200, True, BATCH)
     elif kind == "grpc_health":
-        got = _grpc_health(service)
+        # The service re-reads the store's health once a second: a slow store answer can
+        # leave NOT_SERVING for a tick, so wait for SERVING a little before calling it wrong.
+        deadline = time.monotonic() + 5.0
+        while (got := _grpc_health(service)) != "SERVING" and time.monotonic() < deadline:
+            time.sleep(0.1)
         ok = got == "SERVING"
     elif kind in ("grpc", "grpc_keys"):
         got = _grpc_codes(service, names, names.open_key, "k0", 2)
@@ -433,11 +449,9 @@ def _paced(
     what: str, store: str, peak: float, service: Service, names: Names, settings: Settings, cpu: int | None
 ) -> Paced:
     rate = max(1.0, peak / 2)
-    if what == "http":
-        arguments = [
-            "http-paced", "--port", str(service.http_port), "--rule", names.open_rule,
-            "--connections", str(settings.connections),
-        ]  # fmt: skip
+    if what in ("http", "healthz"):
+        arguments = ["http-paced", "--port", str(service.http_port), "--connections", str(settings.connections)]
+        arguments += ["--rule", names.open_rule] if what == "http" else ["--path", "/healthz"]
     else:
         arguments = [
             "grpc-paced", "--target", service.grpc_target, "--domain", names.domain, "--key", names.open_key,
@@ -445,7 +459,7 @@ def _paced(
         ]  # fmt: skip
     arguments += ["--rate", f"{rate:.1f}", "--seconds", str(settings.duration)]
     r = _timed(service, lambda: run_client(arguments, seconds=settings.duration, cpu=cpu))
-    return Paced(what, store, peak, r.load, r.server_cpu)
+    return Paced(what, store, peak, r.load, r.server_cpu, r.load_cpu, r.server_wait)
 
 
 def _store_url(settings: Settings, store: str, prefix: str) -> str:
@@ -524,7 +538,7 @@ def run_serve_bench(
     live_stores = [s for s in settings.stores if any(c.store == s for c in cases)]
     bar = report.Progress(
         progress_stream if progress_stream is not None else sys.stderr,
-        len(cases) * settings.rounds + 2 * len(live_stores),
+        len(cases) * settings.rounds + len(PACED) * len(live_stores),
         enabled=progress,
     )
     for label, reason in result.skipped:
@@ -575,9 +589,12 @@ def run_serve_bench(
                     rounds[case].append(measured)
                     bar.finish(label, _summary(measured, case.kind))
             result.results = [CaseResult(case, tuple(rs)) for case, rs in rounds.items()]
+            for store, service in services.items():
+                if any(r.load.failed for case, rs in rounds.items() if case.store == store for r in rs):
+                    result.service_logs[store] = service.log_tail(5)
             for store in live_stores:
                 check = result.result("check", store)
-                for what in ("http", "grpc"):
+                for what in PACED:
                     label = f"{store}: {what} paced at half its peak"
                     peak = result.grpc_peak(store) if what == "grpc" else (check.rate if check else None)
                     if not peak:
@@ -667,6 +684,8 @@ def render_markdown(result: ServeBenchResult) -> str:
     for r in result.results:
         load = r.median.load
         failed = report.format_fraction(load.failed / max(1, load.requests))
+        if load.failed:
+            failed += " (" + ", ".join(str(code) for code, _ in load.statuses if code >= 300 and code != 429) + ")"
         failed += f", {load.errors} errors" if load.errors else ""
         decisions = report.format_rate(r.decision_rate) if r.case.kind.decisions else "-"
         refused = report.format_fraction(load.refused / max(1, load.requests))
@@ -686,17 +705,20 @@ def render_markdown(result: ServeBenchResult) -> str:
         "",
         "A Python asyncio client (uvloop) sends at a fixed rate, half the store's peak (`/v1/check`: the "
         "1-check case; gRPC: the best gRPC case), for the round's duration; a call's latency runs from the "
-        "moment it was due, so a stall of the service or of the client counts.",
+        "moment it was due, so a stall of the service or of the client counts. `GET /healthz` at the rate of "
+        "the `/v1/check` run is the floor: the latency of the HTTP stack and of the machine without a decision.",
         "",
-        "| store | calls | peak/s | asked/s | achieved/s | p50 ms | p99 ms | max ms | errors | server CPU |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| store | calls | peak/s | asked/s | achieved/s | p50 ms | p99 ms | max ms | errors | server CPU "
+        "| server waited | load CPU |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for p in result.paced:
-        what = f"POST /v1/check ({s.connections} connections)" if p.what == "http" else "gRPC ShouldRateLimit"
+        what = PACED[p.what].format(connections=s.connections)
         out.append(
             f"| {p.store} | {what} | {report.format_rate(p.peak)} | {report.format_rate(p.load.rate_asked)} | "
             f"{report.format_rate(p.load.rate)} | {_ms(p.load.p50_us)} | {_ms(p.load.p99_us)} | "
-            f"{_ms(p.load.max_us)} | {p.load.errors + p.load.failed} | {p.server_cpu:.0%} |"
+            f"{_ms(p.load.max_us)} | {p.load.errors + p.load.failed} | {p.server_cpu:.0%} | {p.server_wait:.0%} | "
+            f"{p.load_cpu:.0%} |"
         )
     out += [
         "",
@@ -716,6 +738,8 @@ def render_markdown(result: ServeBenchResult) -> str:
         out += ["Not measured:", ""]
         out += [f"- {label}: {reason}" for label, reason in result.skipped]
         out.append("")
+    for store, tail in result.service_logs.items():
+        out += [f"Some answers of the {store} service failed; the end of its log: `{tail}`", ""]
     if result.redis_keys_deleted:
         out += [f"The run's {result.redis_keys_deleted} Redis key(s) were deleted at its end.", ""]
     return "\n".join(out) + "\n"

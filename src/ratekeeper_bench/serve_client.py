@@ -7,7 +7,8 @@ pin it to a CPU of its own with ``taskset``. Modes:
 - ``grpc-peak``: ``--concurrency`` calls of ``ShouldRateLimit`` always in flight over
   ``--channels`` ``grpc.aio`` channels (closed loop), each call a different descriptor
   value (key) in turn: the most calls per second this client gets answered.
-- ``grpc-paced`` and ``http-paced``: an open loop at ``--rate`` calls per second: call
+- ``grpc-paced`` and ``http-paced`` (``POST`` checks, or ``GET`` of a path such as
+  ``/healthz`` without ``--rule``): an open loop at ``--rate`` calls per second: call
   ``i`` is due at ``start + i / rate`` whatever happened before, and its latency runs from
   the moment it was due to its answer, so a server (or client) that falls behind shows
   in the latency instead of silently slowing the rate (the "coordinated omission" wrk2
@@ -178,8 +179,10 @@ class _Connection:
         return status
 
 
-def http_request(host: str, port: int, path: str, body: bytes) -> bytes:
-    """The bytes of one keep-alive ``POST path`` with a JSON ``body``."""
+def http_request(host: str, port: int, path: str, body: bytes | None) -> bytes:
+    """The bytes of one keep-alive ``POST path`` with a JSON ``body`` (``GET path`` without)."""
+    if body is None:
+        return f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode("ascii")
     head = (
         f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
@@ -194,16 +197,19 @@ async def _http_paced(args: argparse.Namespace) -> dict[str, Any]:
         connection = _Connection(*await asyncio.open_connection(args.host, args.port))
         connections.append(connection)
         idle.put_nowait(connection)
-    requests = [
-        http_request(args.host, args.port, args.path, json.dumps({"rule": args.rule, "key": f"k{i}"}).encode())
-        for i in range(KEYS)
-    ]
+    if args.rule:
+        requests = [
+            http_request(args.host, args.port, args.path, json.dumps({"rule": args.rule, "key": f"k{i}"}).encode())
+            for i in range(KEYS)
+        ]
+    else:
+        requests = [http_request(args.host, args.port, args.path, None)]
     statuses: dict[str, int] = {}
 
     async def call(i: int) -> None:
         connection = await idle.get()
         try:
-            status = await connection.exchange(requests[i % KEYS])
+            status = await connection.exchange(requests[i % len(requests)])
         except BaseException:
             connection.writer.close()  # a broken connection is not given back
             raise
@@ -234,7 +240,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--path", default="/v1/check")
-    p.add_argument("--rule", required=True, help="the rule of each check; keys are k0, k1, ...")
+    p.add_argument("--rule", default="", help="POST a check of this rule, keys k0, k1, ... (default: GET the path)")
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)

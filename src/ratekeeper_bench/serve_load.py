@@ -73,6 +73,8 @@ class Load:
     """HTTP answers other than 2xx and 429 (a 503 when the store fails)."""
     warm_up: float = 0.0
     """Seconds the generator loaded the service before ``seconds`` began (h2load's warm-up)."""
+    statuses: tuple[tuple[int, int], ...] = ()
+    """HTTP status -> answers, where the generator counts them (wrk, the paced HTTP client)."""
     rate_asked: float = 0.0
     """The paced runs' target rate (0 for a peak run)."""
 
@@ -190,7 +192,15 @@ def run_wrk(url: str, script: str, *, seconds: int, connections: int, cpu: int |
     refused = statuses.get(429, 0)
     failed = sum(n for status, n in statuses.items() if not 200 <= status < 300 and status != 429)
     return Load(
-        w.requests, w.seconds, w.p50_us, w.p99_us, w.max_us, refused=refused, errors=w.socket_errors, failed=failed
+        w.requests,
+        w.seconds,
+        w.p50_us,
+        w.p99_us,
+        w.max_us,
+        refused=refused,
+        errors=w.socket_errors,
+        failed=failed,
+        statuses=tuple(sorted(statuses.items())),
     )
 
 
@@ -287,6 +297,7 @@ def run_client(arguments: list[str], *, seconds: float, cpu: int | None) -> Load
                 refused=refused + int(data.get("denied", 0)),
                 errors=int(data["errors"]),
                 failed=failed,
+                statuses=tuple(sorted((int(status), n) for status, n in statuses.items())),
                 rate_asked=float(data.get("rate_asked", 0.0)),
             )
     raise LoadError(f"serve_client printed no {CLIENT_MARKER.strip()} line: {out.strip()[-400:]!r}")
