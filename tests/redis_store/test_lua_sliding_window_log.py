@@ -6,6 +6,7 @@ entries, peeks, at epoch µs near 2^53."""
 from __future__ import annotations
 
 import random
+import struct
 from collections.abc import Iterator
 from typing import Any
 
@@ -53,21 +54,77 @@ def test_long_logs_expire_a_few_entries_at_a_time_like_the_reference(store: Redi
     assert longest >= 100  # the logs were long, as the test says
 
 
-def test_stored_log_holds_only_live_entries_rebased_to_the_first(store: RedisStore, key_prefix: str) -> None:
-    """Expired entries are dropped when a new one is written, and the rest are small numbers:
-    one absolute time, then an offset and a running total per entry."""
+def read_log(value: bytes) -> dict[str, Any]:
+    """The stored log, decoded as sliding_window_log.lua documents its layout."""
+    tw, cw = value[-2], value[-1]
+    size = 26 + 3 * cw + 2 * tw
+    trailer = value[-size:]
+    ref, exp = struct.unpack(">dd", trailer[:16])
+    start, n = struct.unpack(">II", trailer[16:24])
+    fields, at = [], 24
+    for width in (cw, tw, cw, tw, cw):
+        fields.append(int.from_bytes(trailer[at : at + width], "big"))
+        at += width
+    records = [
+        (
+            int.from_bytes(value[k * (tw + cw) : k * (tw + cw) + tw], "big"),
+            int.from_bytes(value[k * (tw + cw) + tw : (k + 1) * (tw + cw)], "big"),
+        )
+        for k in range(n)
+    ]
+    assert len(value) == n * (tw + cw) + size
+    base, ft, fc, lt, lc = fields
+    return {
+        "tw": tw,
+        "cw": cw,
+        "ref": ref,
+        "exp": exp,
+        "start": start,
+        "n": n,
+        "base": base,
+        "front": (ft, fc),
+        "newest": (lt, lc),
+        "records": records,
+    }
+
+
+def test_stored_log_is_fixed_width_records_and_a_trailer(store: RedisStore, key_prefix: str) -> None:
+    """A time offset and a running total per entry, as few bytes as 4x the spans need; an
+    expired entry is skipped (start moves past it) and cut away later."""
     plan = Rule("swl-layout", ["10/s"], algorithm="sliding_window_log").plan
     t0 = 1_750_000_000_123_457
     for dt, cost in [(0, 2), (300_000, 1), (900_000, 3), (1_200_000, 1)]:
         assert store.decide(Op.decide(plan, "k", cost), t0 + dt).allowed
     client = redis.Redis.from_url(URL)
     try:
-        raw = client.eval(
-            "return cmsgpack.unpack(redis.call('GET', KEYS[1]))", 1, wire.storage_key(f"{key_prefix}:", plan, "k")
-        )
+        log = read_log(bytes(client.get(wire.storage_key(f"{key_prefix}:", plan, "k"))))  # type: ignore[arg-type]
     finally:
         client.close()
-    assert raw == [t0 + 300_000, 0, 1, 600_000, 4, 900_000, 5]
+    assert (log["tw"], log["cw"], log["ref"]) == (3, 1, t0)  # 4 s of µs fit 3 bytes, 40 fits 1
+    assert log["records"] == [(0, 2), (300_000, 3), (900_000, 6), (1_200_000, 7)]
+    assert (log["start"], log["base"], log["front"], log["newest"]) == (1, 2, (300_000, 3), (1_200_000, 7))
+
+
+def test_expired_entries_are_cut_away_once_they_are_a_fifth(store: RedisStore, key_prefix: str) -> None:
+    """A full log that expires an entry per call keeps at most a fifth (plus a chunk) dead,
+    and fewer bytes per entry than the msgpack log it replaces (about 8 here)."""
+    plan = Rule("swl-compact", ["600/600ms"], algorithm="sliding_window_log").plan
+    now = 1_750_000_000_000_000
+    state: Any = None
+    client = redis.Redis.from_url(URL)
+    try:
+        for i in range(3000):
+            now += 1000
+            state, expected = plan.decide(state, now, 1, None, None)
+            assert store.decide(Op.decide(plan, "k", 1), now) == expected
+            if i % 97 == 0 and i > 600:
+                log = read_log(bytes(client.get(wire.storage_key(f"{key_prefix}:", plan, "k"))))  # type: ignore[arg-type]
+                live = log["n"] - log["start"]
+                assert live == 600
+                assert log["start"] <= max(16, live / 4)
+                assert log["tw"] + log["cw"] <= 5
+    finally:
+        client.close()
 
 
 def test_refund_cuts_into_the_newest_entries_and_empties_the_log(store: RedisStore) -> None:

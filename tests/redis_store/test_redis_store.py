@@ -143,8 +143,10 @@ def test_state_expires_once_whole_and_is_never_kept_without_a_ttl(store: RedisSt
     rule = Rule("ttl", ["10/100ms"], algorithm="sliding_window_log")
     store.decide(Op.decide(rule.plan, "k", 3))
     ttl = raw.pttl(store.core.storage_key(rule.plan, "k"))
-    # whole after 100 ms; the key lives at most a second longer (the margin for a clock step)
-    assert 1000 <= ttl <= 1100
+    # whole after 100 ms; the key lives at most a second longer (the margin for a clock step),
+    # and a quarter of it more: the sliding log's appends set the TTL again only once it
+    # falls short of that margin (sliding_window_log.lua), not on every call
+    assert 1000 <= ttl <= 1350
 
 
 @pytest.mark.redis

@@ -75,6 +75,13 @@ def escape(text: str) -> str:
     return text
 
 
+_LAYOUTS = {"sliding_window_log": "\x1flog2"}
+"""Stored layouts that changed since a store first wrote an algorithm's state: the tag
+joins the storage key's digest, so a state in the old layout is never read as the new
+one (it is left to expire; that key starts afresh). The sliding log became binary
+records read and written in place (``stores/redis/lua/sliding_window_log.lua``)."""
+
+
 def _plan_part(plan: Plan) -> tuple[list[Any], str]:
     """The algorithm, limit count and spec fields of ``plan``, and the storage key's tail
     after the caller's key, ``}:<rule>:<digest>`` (kept on the plan: computed once,
@@ -85,7 +92,8 @@ def _plan_part(plan: Plan) -> tuple[list[Any], str]:
         fields: list[Any] = [plan.algorithm.name, len(plan.specs)]
         for spec in plan.specs:
             fields.extend(spec)
-        digest = hashlib.blake2b(plan.table.encode(), digest_size=6).hexdigest()
+        layout = plan.table + _LAYOUTS.get(plan.algorithm.name, "")
+        digest = hashlib.blake2b(layout.encode(), digest_size=6).hexdigest()
         part = plan.derived["wire"] = (fields, f"}}:{escape(plan.name)}:{digest}")
         return part
 

@@ -39,6 +39,7 @@ local n_ops = tonumber(argv[3])
 local original = {} -- key index -> state as read (false: none); nil until read
 local current = {} -- key index -> state after the ops so far (false: none)
 local whole_in = {} -- key index -> µs until the written state is whole
+local logs = {} -- key index -> the algorithm of a state kept in place (algo.open / flush)
 local out = {}
 local no = 0 -- entries in out
 local refused = false
@@ -106,14 +107,43 @@ for _ = 1, n_ops do
 
   local state = current[k]
   if state == nil then
-    local raw = call("GET", KEYS[k])
-    state = raw and cmsgpack.unpack(raw) or false
+    if algo.open then
+      state = algo.open(KEYS[k])
+      logs[k] = algo
+    else
+      local raw = call("GET", KEYS[k])
+      state = raw and cmsgpack.unpack(raw) or false
+    end
     original[k] = state
     current[k] = state
   end
   state = state or nil
 
-  if mode == "r" then
+  if algo.open then
+    -- a state read and written in place (the sliding log): it changes as it decides
+    if mode == "r" then
+      algo.refund(specs, state, now, cost, lease)
+    else
+      local _, allowed, denied, retry, delay, remaining, resets =
+        algo.decide(specs, state, now, cost, max_wait, lease, mode ~= "d")
+      out[no + 1] = allowed and 1 or 0
+      out[no + 2] = denied
+      out[no + 3] = retry
+      out[no + 4] = delay
+      no = no + 4
+      for i = 1, n do
+        out[no + i] = remaining[i]
+      end
+      no = no + n
+      for i = 1, n do
+        out[no + i] = resets[i]
+      end
+      no = no + n
+      if mode == "d" and not allowed then
+        refused = true
+      end
+    end
+  elseif mode == "r" then
     if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
       local new = algo.refund(specs, state, now, cost, lease)
       local _, _, _, _, _, _, resets = algo.decide(specs, new, now, 0, nil, nil)
@@ -156,7 +186,12 @@ if atomic and refused then
   return out
 end
 for k, state in pairs(current) do
-  if state ~= original[k] then
+  local algo = logs[k]
+  if algo then
+    if state.changed then
+      algo.flush(state, now, margin_ms)
+    end
+  elseif state ~= original[k] then
     if state then
       call("SET", KEYS[k], cmsgpack.pack(state), "PX", math.ceil(whole_in[k] / 1000) + margin_ms)
     else

@@ -2,23 +2,105 @@
 -- (algorithms/sliding_window_log.py). One log serves every limit of the rule.
 --
 -- spec per limit (arity 2): count, period     -- at most count admitted in any period µs
--- state: { ref, offset_1, total_1, ..., offset_n, total_n }  -- nil when the log is empty
---   entry k was admitted at ref + offset_k (offsets ascending, offset_1 = 0) and total_k is
---   the cost admitted by entries 1..k (strictly increasing: every entry costs > 0).
 --
--- Compact: two small integers per entry besides one absolute time. A decision is O(log n)
--- over the log (binary searches, as the reference's bisect); writing a new log is O(n):
--- it copies the entries still live (times > now - longest period) and appends, so expired
--- entries are dropped exactly where the reference drops them, and offsets and totals are
--- rebased to the first live entry. A clock that stepped back stamps the new entry with the
--- newest time (it then counts a little longer), as the reference does.
+-- Unlike the other algorithms, the log is not a msgpack state read whole and written
+-- whole: that costs O(entries) per call. It is one Redis string of fixed-width binary
+-- records, then a trailer, read and written in place (GETRANGE / SETRANGE), so that a
+-- call costs the same whatever the log's length (amortised; a second limit adds a binary
+-- search):
+--
+--   record k (0-based), at byte k * (tw + cw):  time_k - ref (tw bytes), total_k (cw bytes)
+--     big-endian unsigned; total_k is the cost admitted by every entry up to k (strictly
+--     increasing: every entry costs > 0). Only differences of totals are ever used.
+--   trailer (at byte n * (tw + cw), to the end): ref (double, µs), exp (double, µs: until
+--     when the key's TTL was last set to reach, on the same clock as now), start, n
+--     (uint32: entries before start are expired, not yet cut away; n = records stored),
+--     base (cw: the total before entry start), ft, fc (tw, cw: entry start's time - ref
+--     and total), lt, lc (the newest entry's), then tw and cw (one byte each, last, so the
+--     trailer's length is known from its end).
+--
+-- A call reads the last SWL_TAIL bytes (the trailer and the newest records) in one
+-- GETRANGE; expired entries are skipped by moving start (reading the entries just after
+-- it), and an admitted entry is one SETRANGE of the record and the new trailer. The value
+-- is rewritten whole (SET) only when it is new or emptied, after a refund, when expired
+-- entries make up more than a fifth of it (a copy of the live bytes), or when an offset
+-- outgrows its width (a rebase to the first live entry with widths for 4x the current
+-- spans). A clock that stepped back stamps the new entry with the newest time (it then
+-- counts a little longer), as the reference does. Expired entries are those no limit
+-- counts (times <= now - longest period), as in the reference.
 
--- The first entry k in lo..hi whose time is after ref + x (hi + 1 when none): bisect_right.
-local function swl_after(state, lo, hi, x)
-  hi = hi + 1
+local swl_pack, swl_unpack = struct.pack, struct.unpack
+local SWL_TAIL = 512 -- bytes read from the end: the trailer (at most 61) and the newest records
+local SWL_CHUNK = 16 -- records read at once when skipping expired entries
+
+local swl_formats = {} -- (tw, cw) -> { record format, trailer format, trailer length }
+local function swl_format(tw, cw)
+  local key = tw * 8 + cw
+  local f = swl_formats[key]
+  if f == nil then
+    local t, c = "I" .. tw, "I" .. cw
+    f = { ">" .. t .. c, ">ddI4I4" .. c .. t .. c .. t .. c .. "BB", 26 + 3 * cw + 2 * tw }
+    swl_formats[key] = f
+  end
+  return f
+end
+
+-- the fewest bytes (at most 7) that hold x (an integer >= 0) unsigned
+local function swl_width(x)
+  local w, cap = 1, 256
+  while x >= cap and w < 7 do
+    w, cap = w + 1, cap * 256
+  end
+  return w
+end
+
+-- The log stored at key: a table of the trailer's fields, plus
+--   stored  records held by the Redis value (0 .. stored - 1)
+--   at, ac  records stored .. n - 1 (times absolute, totals), not written yet
+--   tail, tail_from  the last bytes of the value and the byte offset they start at
+--   whole   true when the value must be rewritten whole (SET) at the end
+local function swl_open(key)
+  local raw = redis.call("GETRANGE", key, -SWL_TAIL, -1)
+  local log = { key = key, at = {}, ac = {}, changed = false }
+  if raw == "" then
+    log.start, log.n, log.stored, log.base, log.whole, log.exp = 0, 0, 0, 0, true, 0
+    return log
+  end
+  local size = #raw
+  local tw, cw = raw:byte(size - 1), raw:byte(size)
+  local f = swl_format(tw, cw)
+  local at = size - f[3] + 1
+  local ref, exp, start, n, base, ft, fc, lt, lc = swl_unpack(f[2], raw, at)
+  log.tw, log.cw, log.rw, log.rfmt, log.tfmt = tw, cw, tw + cw, f[1], f[2]
+  log.ref, log.exp, log.start, log.n, log.stored, log.base = ref, exp, start, n, n, base
+  log.ft, log.fc, log.lt, log.lc = ref + ft, fc, ref + lt, lc
+  log.tail, log.tail_from = raw, n * (tw + cw) + f[3] - size
+  log.whole = false
+  return log
+end
+
+-- time and total of record i (0-based, start <= i < n)
+local function swl_rec(log, i)
+  local stored = log.stored
+  if i >= stored then
+    local j = i - stored + 1
+    return log.at[j], log.ac[j]
+  end
+  local off = i * log.rw
+  local t, c
+  if off >= log.tail_from then
+    t, c = swl_unpack(log.rfmt, log.tail, off - log.tail_from + 1)
+  else
+    t, c = swl_unpack(log.rfmt, redis.call("GETRANGE", log.key, off, off + log.rw - 1))
+  end
+  return log.ref + t, c
+end
+
+-- the first record in lo..hi-1 whose time is after x (hi when none): bisect_right
+local function swl_after(log, lo, hi, x)
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if state[2 * mid] > x then
+    if swl_rec(log, mid) > x then
       hi = mid
     else
       lo = mid + 1
@@ -27,12 +109,12 @@ local function swl_after(state, lo, hi, x)
   return lo
 end
 
--- The first entry k in lo..hi whose total reaches target (hi + 1 when none): bisect_left.
-local function swl_reaching(state, lo, hi, target)
-  hi = hi + 1
+-- the first record in lo..hi-1 whose total reaches target (hi when none): bisect_left
+local function swl_reaching(log, lo, hi, target)
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
-    if state[2 * mid + 1] >= target then
+    local _, c = swl_rec(log, mid)
+    if c >= target then
       hi = mid
     else
       lo = mid + 1
@@ -41,83 +123,244 @@ local function swl_reaching(state, lo, hi, target)
   return lo
 end
 
--- The live part of the log at now: ref, n (entries stored), live (the first entry any
--- limit still counts), base (the total before entry live) and total (of the whole log).
-local function swl_live(specs, state, now)
-  if state == nil then
-    return 0, 0, 1, 0, 0
+-- an empty log, to be written whole
+local function swl_empty(log)
+  log.start, log.n, log.stored, log.base, log.at, log.ac, log.whole = 0, 0, 0, 0, {}, {}, true
+end
+
+-- Move start past the entries whose time is at most cutoff (no limit counts them).
+local function swl_trim(log, cutoff)
+  local start, n = log.start, log.n
+  if start >= n or log.ft > cutoff then
+    return
   end
-  local longest = 0
+  if log.lt <= cutoff then -- every entry expired
+    swl_empty(log)
+    return
+  end
+  -- the newest is live: read the entries after start a chunk at a time, then bisect
+  local stored = log.stored
+  local i = start
+  local last = start + SWL_CHUNK
+  if last > n then
+    last = n
+  end
+  if i < stored and i * log.rw < log.tail_from then
+    local top = last < stored and last or stored
+    local raw = redis.call("GETRANGE", log.key, i * log.rw, top * log.rw - 1)
+    local pos, rfmt, ref = 1, log.rfmt, log.ref
+    while i < top do
+      local t, c
+      t, c, pos = swl_unpack(rfmt, raw, pos)
+      t = ref + t
+      if t > cutoff then
+        log.start, log.ft, log.fc = i, t, c
+        return
+      end
+      log.base = c
+      i = i + 1
+    end
+  end
+  while i < last do
+    local t, c = swl_rec(log, i)
+    if t > cutoff then
+      log.start, log.ft, log.fc = i, t, c
+      return
+    end
+    log.base = c
+    i = i + 1
+  end
+  i = swl_after(log, i, n, cutoff)
+  local t, c = swl_rec(log, i)
+  local _, before = swl_rec(log, i - 1)
+  log.start, log.ft, log.fc, log.base = i, t, c, before
+end
+
+-- Load records start..last-1 into at/ac: the value is then rewritten whole.
+local function swl_load(log, last)
+  local at, ac = {}, {}
+  local i, stored = log.start, log.stored
+  if i < stored then
+    local top = last < stored and last or stored
+    local raw = redis.call("GETRANGE", log.key, i * log.rw, top * log.rw - 1)
+    local pos, rfmt, ref = 1, log.rfmt, log.ref
+    while i < top do
+      local t, c
+      t, c, pos = swl_unpack(rfmt, raw, pos)
+      at[#at + 1], ac[#ac + 1] = ref + t, c
+      i = i + 1
+    end
+  end
+  while i < last do
+    at[#at + 1], ac[#ac + 1] = swl_rec(log, i)
+    i = i + 1
+  end
+  log.at, log.ac, log.start, log.n, log.stored, log.whole = at, ac, 0, #at, 0, true
+end
+
+local function swl_append(log, stamp, total)
+  local j = log.n - log.stored + 1
+  log.at[j], log.ac[j] = stamp, total
+  if log.start == log.n then
+    log.ft, log.fc = stamp, total
+  end
+  log.n = log.n + 1
+  log.lt, log.lc = stamp, total
+  log.changed = true
+end
+
+-- Write the log back: SETRANGE of the new records and trailer, or the whole value.
+-- whole_us: when the log is whole again (µs from now); the TTL then covers it plus
+-- margin_ms, and is set again only once it falls short (it may run a quarter margin over).
+local function swl_flush(log, now, margin_ms)
+  local key = log.key
+  if log.start >= log.n then
+    redis.call("DEL", key)
+    return
+  end
+  local whole_us = log.lt + log.longest - now
+  local need = now + whole_us + margin_ms * 1000
+  local ttl_ms
+  if need > log.exp then
+    ttl_ms = math.ceil(whole_us / 1000) + margin_ms + math.ceil(margin_ms / 4)
+    log.exp = now + ttl_ms * 1000
+  end
+  local start, n, stored = log.start, log.n, log.stored
+  local prefix = nil -- the live stored bytes kept by a compacting rewrite
+  if not log.whole then
+    -- do the new records fit the widths?
+    local tcap, ccap = 256 ^ log.tw, 256 ^ log.cw
+    if log.lt - log.ref >= tcap or log.lc >= ccap then
+      swl_load(log, n)
+    elseif start >= SWL_CHUNK and 5 * start > n then
+      local rw = log.rw
+      prefix = start < stored and redis.call("GETRANGE", key, start * rw, stored * rw - 1) or ""
+      if start >= stored then
+        swl_load(log, n)
+      end
+    end
+  end
+  if log.whole then
+    -- rebase to the first live entry, widths for 4x the spans of now
+    start, n = log.start, log.n
+    local ref = log.ft
+    local base = log.base
+    local at, ac = log.at, log.ac
+    local span = log.lt - ref
+    if log.longest > span then
+      span = log.longest
+    end
+    local cspan = log.lc - base
+    if log.maxcount > cspan then
+      cspan = log.maxcount
+    end
+    local tw, cw = swl_width(4 * span), swl_width(4 * cspan)
+    local f = swl_format(tw, cw)
+    local parts = {}
+    local rfmt = f[1]
+    for j = start + 1, n do
+      parts[#parts + 1] = swl_pack(rfmt, at[j] - ref, ac[j] - base)
+    end
+    parts[#parts + 1] = swl_pack(f[2], ref, log.exp, 0, n - start, 0, 0, log.fc - base, log.lt - ref, log.lc - base, tw, cw)
+    if ttl_ms == nil then
+      ttl_ms = math.ceil((log.exp - now) / 1000)
+    end
+    redis.call("SET", key, table.concat(parts), "PX", ttl_ms)
+    return
+  end
+  local ref, rfmt = log.ref, log.rfmt
+  local parts = {}
+  local at, ac = log.at, log.ac
+  for j = 1, n - stored do
+    parts[j] = swl_pack(rfmt, at[j] - ref, ac[j])
+  end
+  if prefix ~= nil then
+    -- expired entries dropped: the live bytes, the new records, the trailer from 0
+    parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, 0, n - start, log.base, log.ft - ref, log.fc,
+      log.lt - ref, log.lc, log.tw, log.cw)
+    if ttl_ms == nil then
+      ttl_ms = math.ceil((log.exp - now) / 1000)
+    end
+    redis.call("SET", key, prefix .. table.concat(parts), "PX", ttl_ms)
+    return
+  end
+  parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, start, n, log.base, log.ft - ref, log.fc,
+    log.lt - ref, log.lc, log.tw, log.cw)
+  redis.call("SETRANGE", key, stored * log.rw, table.concat(parts))
+  if ttl_ms ~= nil then
+    redis.call("PEXPIRE", key, ttl_ms)
+  end
+end
+
+local function swl_longest(log, specs)
+  local longest, maxcount = 0, 0
   for i = 1, #specs do
     if specs[i][2] > longest then
       longest = specs[i][2]
     end
-  end
-  local ref, n = state[1], (#state - 1) / 2
-  local live = swl_after(state, 1, n, now - longest - ref)
-  local base = live > 1 and state[2 * live - 1] or 0
-  local total = n >= live and state[2 * n + 1] or base
-  return ref, n, live, base, total
-end
-
--- A new log of entries live..last (the last one's total replaced by last_total), rebased to
--- the time of entry live, then (stamp, total) appended when stamp is given.
-local function swl_copy(state, ref, live, last, base, last_total, stamp, total)
-  local new = {}
-  local shift = 0
-  if live <= last then
-    shift = state[2 * live]
-    local j = 2
-    for k = live, last do
-      new[j] = state[2 * k] - shift
-      new[j + 1] = state[2 * k + 1] - base
-      j = j + 2
+    if specs[i][1] > maxcount then
+      maxcount = specs[i][1]
     end
-    new[j - 1] = last_total - base
-  elseif stamp ~= nil then
-    shift = stamp - ref
   end
-  new[1] = ref + shift
-  if stamp ~= nil then
-    local j = #new + 1
-    new[j] = stamp - new[1]
-    new[j + 1] = total - base
-  end
-  return new
+  log.longest, log.maxcount = longest, maxcount
+  return longest
 end
 
 ALGORITHMS["sliding_window_log"] = {
   arity = 2,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local ref, n, live, base, total = swl_live(specs, state, now)
+  open = swl_open,
+  flush = swl_flush,
+  -- dry: decide without charging (a peek)
+  decide = function(specs, log, now, cost, max_wait, lease, dry)
+    local longest = swl_longest(log, specs)
+    swl_trim(log, now - longest)
+    local start, n = log.start, log.n
+    local empty = start >= n
+    local base = log.base
+    local total = empty and base or log.lc
     local useds = {}
     local denied, retry = -1, 0
     for i = 1, #specs do
       local limit, period = specs[i][1], specs[i][2]
-      local first = swl_after(state, live, n, now - period - ref) -- the oldest entry in this window
-      local before = first > live and state[2 * first - 1] or base
+      local first, before = start, base
+      if period < longest and not empty then
+        first = swl_after(log, start, n, now - period) -- the oldest entry in this window
+        if first > start then
+          local _
+          _, before = swl_rec(log, first - 1)
+        end
+      end
       local used = total - before
       useds[i] = used
       if used + cost > limit then
         local r = INFINITE
         if cost <= limit then
           -- the entry whose expiry frees enough: its total reaches the excess
-          local k = swl_reaching(state, first, n, total + cost - limit)
-          r = ref + state[2 * k] + period - now
+          local target = total + cost - limit
+          local k = first
+          local t
+          if first == start and log.fc >= target then
+            t = log.ft
+          else
+            k = swl_reaching(log, first, n, target)
+            t = swl_rec(log, k)
+          end
+          r = t + period - now
         end
         if denied < 0 or later(r, retry) then
           denied, retry = i - 1, r
         end
       end
     end
-    local newest = n >= live and ref + state[2 * n] or now
+    local newest = empty and now or log.lt
     local charged = denied < 0 and cost or 0
-    local new = state
     if charged > 0 then
       if now > newest then
         newest = now
       end
-      new = swl_copy(state, ref, live, n, base, total, newest, total + cost)
+      if not dry then
+        swl_append(log, newest, total + cost)
+      end
     end
     local remaining, resets = {}, {}
     for i = 1, #specs do
@@ -126,21 +369,27 @@ ALGORITHMS["sliding_window_log"] = {
       resets[i] = in_window > 0 and newest + specs[i][2] - now or 0
     end
     if denied >= 0 then
-      return state, false, denied, retry, 0, remaining, resets
+      return log, false, denied, retry, 0, remaining, resets
     end
-    return new, true, -1, 0, 0, remaining, resets
+    return log, true, -1, 0, 0, remaining, resets
   end,
-  -- Take cost back from the newest live entries (nil when nothing is left).
-  refund = function(specs, state, now, cost, lease)
-    local ref, n, live, base, total = swl_live(specs, state, now)
-    if n < live then
-      return nil
+  -- Take cost back from the newest live entries (the log is emptied when nothing is left).
+  refund = function(specs, log, now, cost, lease)
+    swl_trim(log, now - swl_longest(log, specs))
+    local start, n = log.start, log.n
+    if start >= n then
+      return log
     end
-    local target = total - cost
-    if target <= base then
-      return nil
+    log.changed = true
+    local target = log.lc - cost
+    if target <= log.base then
+      swl_empty(log)
+      return log
     end
-    local k = swl_reaching(state, live, n, target) -- the first entry whose total reaches it
-    return swl_copy(state, ref, live, k, base, target, nil, nil)
+    local k = swl_reaching(log, start, n, target) -- the first entry whose total reaches it
+    swl_load(log, k + 1)
+    log.ac[#log.ac] = target
+    log.lt, log.lc, log.fc = log.at[#log.at], target, log.ac[1]
+    return log
   end,
 }
