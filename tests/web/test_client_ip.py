@@ -69,3 +69,24 @@ def test_parse_ip_forms() -> None:
     assert "1.2.3.4" == str(parse_ip('"1.2.3.4:80"'))
     assert None is parse_ip("not-an-ip")
     assert None is parse_ip("")
+
+
+def test_answers_are_remembered_per_peer_and_headers_within_a_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The memo gives what ``find`` gives, for each (peer, Forwarded, X-Forwarded-For), and
+    starts afresh when full, so a flood of addresses costs bounded memory."""
+    from ratekeeper.web import client_ip
+
+    monkeypatch.setattr(client_ip, "MEMO_SIZE", 4)
+    resolver = ClientAddress(Networks(["10.0.0.0/8"]))
+    cases = [
+        ("203.0.113.9", None, None),
+        ("10.0.0.1", None, "198.51.100.7"),
+        ("10.0.0.1", None, "198.51.100.8"),
+        ("2001:db8:1:2::9", None, None),
+    ]
+    for case in cases + cases:
+        assert resolver.find(*case) == resolver.resolve(*case)
+    assert len(resolver._memo) == 4
+    for i in range(10):
+        resolver.resolve(f"192.0.2.{i}", None, None)
+        assert len(resolver._memo) <= 4

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ratekeeper.errors import ConfigurationError
 
@@ -115,18 +115,41 @@ def _split_outside_quotes(text: str, sep: str) -> list[str]:
     return out
 
 
+MEMO_SIZE = 65_536
+"""How many (peer, Forwarded, X-Forwarded-For) answers ``ClientAddress`` keeps."""
+
+
 @dataclass(frozen=True, slots=True)
 class ClientAddress:
     """How to find the client: which proxies to believe, and how to group IPv6 addresses."""
 
     trusted_proxies: Networks
     ipv6_prefix: int = 64
+    _memo: dict[tuple[str | None, str | None, str | None], tuple[IPAddress | None, str | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         if type(self.ipv6_prefix) is not int or not 0 <= self.ipv6_prefix <= 128:
             raise ConfigurationError(f"ipv6_prefix must be an integer from 0 to 128, got {self.ipv6_prefix!r}")
 
     def resolve(
+        self, peer: str | None, forwarded: str | None, x_forwarded: str | None
+    ) -> tuple[IPAddress | None, str | None]:
+        """``find`` remembered: parsing addresses costs more than the rest of a request's key,
+        and a server sees the same few peers (and proxy chains) again and again. Bounded:
+        the memo starts afresh at ``MEMO_SIZE`` entries."""
+        memo = self._memo
+        given = (peer, forwarded, x_forwarded)
+        found = memo.get(given)
+        if found is None:
+            found = self.find(peer, forwarded, x_forwarded)
+            if len(memo) >= MEMO_SIZE:
+                memo.clear()
+            memo[given] = found
+        return found
+
+    def find(
         self, peer: str | None, forwarded: str | None, x_forwarded: str | None
     ) -> tuple[IPAddress | None, str | None]:
         """(the client's address when it is one, the client as a key part) for one request.
