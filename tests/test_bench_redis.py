@@ -133,3 +133,18 @@ def test_cleanup_deletes_only_keys_under_the_prefix(key_prefix: str) -> None:
             assert client.exists(f"{key_prefix}:mine:a", f"{key_prefix}:mine:b", f"{key_prefix}:other") == 1
         finally:
             client.delete(f"{key_prefix}:other")
+
+
+@pytest.mark.redis
+def test_server_cost_has_every_algorithm_and_the_log_lengths_and_every_call_admitted(
+    tiny: bench.RedisBenchResult,
+) -> None:
+    labels = [c.subject for c in tiny.costs]
+    assert labels[0] == "redis-py `EVALSHA` of `return 1`"
+    assert "sliding_window_log, two limits" in labels
+    for length in bench.LOG_LENGTHS:
+        assert f"sliding_window_log, {length:,} entries" in labels
+    assert tiny.cost_server == "a private redis-server"
+    wrong = [c for c in tiny.costs if not (c.calls > 0 and c.usec_per_call > 0 and c.errors == 0 and c.denied == 0)]
+    assert wrong == []
+    assert "### Redis CPU per decision, and the sliding log by length" in tiny.to_markdown()

@@ -19,7 +19,15 @@ prefix; never ``FLUSHDB``, never ``KEYS``). Four parts:
 3. **The hammer.** For every library and algorithm: 8 processes x 4 threads call for one
    key under a limit of 100 per hour, 25 attempts each (800 in all); admitted must be
    exactly 100.
-4. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
+4. **Redis CPU per decision and the sliding log by length.** On a private
+   ``redis-server`` the run starts (on ``--url`` when none is installed or with
+   ``--cost-on-url``), sync: every ratekeeper algorithm with one limit (one hot key),
+   the sliding log with two limits, and the sliding log held at 10, 600 and 10,000 live
+   entries (``LOG_LENGTHS``: a limit of L per L ms and one call per ms of the call's own
+   time, so each call expires one entry and appends one), next to ``EVALSHA`` of
+   ``return 1``. Reported: decisions/s and the server's µs per ``EVALSHA``
+   (``INFO commandstats``, the change over the cell), each over the floor's.
+5. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
    error.
 
 Defaults take about three to four minutes (17 subjects x 2 scenarios x 2 modes x 2 s,
@@ -41,7 +49,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
@@ -65,9 +73,11 @@ __all__ = [
     "DEFAULT_KEYS",
     "DEFAULT_URL",
     "HAMMER_SPEC",
+    "LOG_LENGTHS",
     "MODES",
     "SCENARIOS",
     "Cell",
+    "CostCell",
     "HammerCell",
     "RedisBenchResult",
     "Settings",
@@ -95,6 +105,10 @@ HAMMER_PROCESSES = 8
 HAMMER_THREADS = 4
 HAMMER_ATTEMPTS = 25
 """Attempts per thread: 8 x 4 x 25 = 800 calls for a limit of 100."""
+
+LOG_LENGTHS = (10, 600, 10_000)
+LOG_STEP_US = 1000
+"""The sliding log cells: a limit of L per L x LOG_STEP_US µs, one call per LOG_STEP_US µs."""
 
 SCENARIOS = ("hot_key", "many_keys")
 MODES = ("sync", "async")
@@ -133,6 +147,18 @@ class HammerCell:
     first_error: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class CostCell:
+    """One subject of the server-cost part: sync rate and the server's µs per ``EVALSHA``."""
+
+    subject: str
+    rate: float
+    usec_per_call: float
+    calls: int
+    errors: int = 0
+    denied: int = 0
+
+
 @dataclass(slots=True)
 class RedisBenchResult:
     """Everything one run measured, and the ratios derived from it."""
@@ -150,6 +176,9 @@ class RedisBenchResult:
     cells: list[Cell] = field(default_factory=list)
     coalescing: list[Cell] = field(default_factory=list)
     hammer: list[HammerCell] = field(default_factory=list)
+    costs: list[CostCell] = field(default_factory=list)
+    cost_server: str = ""
+    """Where the server-cost part ran (a private redis-server, or ``url``)."""
     skipped: dict[str, str] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     """(step, error) of every step that raised."""
@@ -298,6 +327,150 @@ def cleanup(url: str, prefix: str) -> int:
     return deleted
 
 
+def _evalsha_stats(client: Any) -> tuple[int, int]:
+    """(calls, µs) of ``EVALSHA`` so far, from ``INFO commandstats``."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
+def _cost_cell(client: Any, subject: str, decide: Any, duration: float) -> CostCell:
+    """``decide()`` back to back for ``duration`` s after a warm-up; the server's µs per
+    ``EVALSHA`` over the cell (the change of ``INFO commandstats``)."""
+    for _ in range(WARM_CALLS):
+        decide("warm")
+    calls0, usec0 = _evalsha_stats(client)
+    sample = time_sync(decide, itertools.repeat("k"), duration)
+    calls1, usec1 = _evalsha_stats(client)
+    calls = calls1 - calls0
+    return CostCell(
+        subject,
+        sample.rate,
+        (usec1 - usec0) / calls if calls > 0 else 0.0,
+        calls,
+        sample.errors,
+        sample.calls - sample.allowed - sample.errors,
+    )
+
+
+def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any]]:
+    """(label, decide, close) of every server-cost cell, the floor first."""
+    import redis
+
+    from ratekeeper import Limit, Limiter, Rule
+    from ratekeeper.op import Op
+    from ratekeeper_bench.redis_peers import RATEKEEPER_ALGORITHMS
+
+    client: Any = redis.Redis.from_url(url, single_connection_client=True)
+    sha = client.script_load("return 1")
+    out: list[tuple[str, Any, Any]] = [
+        ("redis-py `EVALSHA` of `return 1`", lambda key: client.evalsha(sha, 1, prefix + key) == 1, client.close)
+    ]
+
+    def limiter_cell(label: str, rule: Rule) -> tuple[str, Any, Any]:
+        limiter = Limiter(url, prefix=f"{prefix}{len(out)}:")
+        acquire = limiter.try_acquire
+        return label, lambda key: acquire(rule, key).allowed, limiter.close
+
+    for algorithm in (*RATEKEEPER_ALGORITHMS, "leaky_bucket"):
+        out.append(limiter_cell(f"{algorithm}, one limit", Rule("cost", [str(SPEC)], algorithm=algorithm)))
+    two = Rule("cost2", [str(SPEC), "2000000000/2s"], algorithm="sliding_window_log")
+    out.append(limiter_cell("sliding_window_log, two limits", two))
+    for length in LOG_LENGTHS:
+        limiter = Limiter(url, prefix=f"{prefix}len{length}:")
+        plan = Rule("len", [Limit(length, length * LOG_STEP_US / 1e6)], algorithm="sliding_window_log").plan
+        op = Op.decide(plan, "k", 1)
+        clock = itertools.count(1_750_000_000_000_000, LOG_STEP_US)
+        decide_at = limiter.store.decide
+        for _ in range(length):  # the log full before the cell starts
+            decide_at(op, next(clock))
+
+        def at_length(key: str, decide_at: Any = decide_at, op: Any = op, clock: Any = clock) -> bool:
+            return bool(decide_at(op, next(clock)).allowed)
+
+        out.append((f"sliding_window_log, {length:,} entries", at_length, limiter.close))
+    return out
+
+
+@contextlib.contextmanager
+def _private_redis() -> Iterator[str | None]:
+    """The URL of a ``redis-server`` started for this run (no persistence), or None when
+    none is installed; stopped at the end."""
+    import shutil
+    import socket
+    import subprocess
+    import tempfile
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="rkbench-redis-") as directory:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                directory,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            import redis
+
+            url = f"redis://127.0.0.1:{port}/0"
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    with redis.Redis.from_url(url) as probe:
+                        probe.ping()
+                    break
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise
+                    time.sleep(0.02)
+            yield url
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+
+def measure_costs(
+    url: str, prefix: str, duration: float, bar: report.Progress, failures: list[tuple[str, str]]
+) -> list[CostCell]:
+    """The server-cost cells on the Redis at ``url`` (see the module docstring, part 4)."""
+    import redis
+
+    cells: list[CostCell] = []
+    client: Any = redis.Redis.from_url(url)
+    try:
+        for label, decide, close in _cost_subjects(url, prefix):
+            try:
+                cell = _cost_cell(client, label, decide, duration)
+                cells.append(cell)
+                summary = f"{report.format_rate(cell.rate)} decisions/s, {cell.usec_per_call:.2f} µs per EVALSHA"
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
+                failures.append((f"cost {label}", describe(exc)))
+                summary = "failed"
+            finally:
+                close()
+            bar.note(f"cost {label}: {summary}")
+    finally:
+        client.close()
+        cleanup(url, prefix)
+    return cells
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """What one run measures: where, how long per cell, how many keys, tasks and rounds."""
@@ -311,6 +484,8 @@ class Settings:
     (all cells, then all cells again), and reports the round with the median rate."""
     hammer: bool = True
     coalescing: bool = True
+    cost: bool = True
+    cost_on_url: bool = False
 
 
 def run_redis_bench(
@@ -376,6 +551,9 @@ def run_redis_bench(
             if subj.library != "redis-py":
                 steps.append((f"hammer {subj.library} {subj.algorithm}", ("hammer", subj)))
 
+    if settings.cost:
+        steps.append(("server cost", ("cost",)))
+
     many = _keys("many_keys", settings.keys)
     rounds: dict[tuple[str, str, str, str], list[Cell]] = {}
     bar = report.Progress(progress_stream or sys.stderr, len(steps), enabled=progress)
@@ -398,6 +576,14 @@ def run_redis_bench(
                     cell = Cell(subj.library, tag, "hot_key", "async", (), sample)
                     rounds.setdefault(("coalesce", *_cell_id(cell)), []).append(cell)
                     summary = _summary(sample)
+                elif step[0] == "cost":
+                    with contextlib.ExitStack() as stack:
+                        url = None if settings.cost_on_url else stack.enter_context(_private_redis())
+                        result.cost_server = "a private redis-server" if url else f"`{settings.url}`"
+                        result.costs = measure_costs(
+                            url or settings.url, f"{root}cost:", settings.duration, bar, result.failures
+                        )
+                    summary = f"{len(result.costs)} cells on {result.cost_server}"
                 else:
                     _, subj = step
                     if pool is None:
@@ -548,6 +734,8 @@ def render_markdown(result: RedisBenchResult) -> str:
             errors = f"{ham.errors} ({ham.first_error})" if ham.first_error else str(ham.errors)
             out.append(f"| {ham.library} | {ham.algorithm} | {ham.admitted} | {ham.expected} | {errors} | {verdict} |")
         out.append("")
+    if result.costs:
+        out += render_costs(result)
     out += ["What each row calls:", ""]
     out += [f"- {library} `{algorithm}`: {how}" for (library, algorithm), how in result.calls.items()]
     for library, reason in result.skipped.items():
@@ -557,6 +745,30 @@ def render_markdown(result: RedisBenchResult) -> str:
         out += [f"- {label}: {error}" for label, error in result.failures]
     out.append("")
     return "\n".join(out)
+
+
+def render_costs(result: RedisBenchResult) -> list[str]:
+    """The server-cost table: rate and Redis µs per decision, each over the floor's."""
+    floor = result.costs[0]
+    out = [
+        f"### Redis CPU per decision, and the sliding log by length (sync, one thread, on {result.cost_server})",
+        "",
+        "Redis µs: `usec` over `calls` of `cmdstat_evalsha` in `INFO commandstats` across the cell (the "
+        "server's own time per script call). A sliding log *of L entries*: a limit of L per L ms and one call "
+        f"per ms of the call's own time (`store.decide(op, now)`), so each call expires one entry and appends "
+        f"one; the log was full before the cell started. Other rows: `Limiter.try_acquire` under {SPEC}.",
+        "",
+        "| subject | decisions/s | × floor | Redis µs per call | − floor µs | denied | errors |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for cell in result.costs:
+        out.append(
+            f"| {cell.subject} | {report.format_rate(cell.rate)} | {_times(cell.rate, floor.rate)} | "
+            f"{cell.usec_per_call:.2f} | {cell.usec_per_call - floor.usec_per_call:+.2f} | {cell.denied} | "
+            f"{cell.errors} |"
+        )
+    out.append("")
+    return out
 
 
 # -- command line -------------------------------------------------------------------------------
@@ -596,6 +808,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-hammer", action="store_false", dest="hammer", help="skip the 8-process hammer")
     parser.add_argument("--no-coalescing", action="store_false", dest="coalescing", help="skip the coalescing cells")
+    parser.add_argument(
+        "--no-cost", action="store_false", dest="cost", help="skip Redis CPU per decision and the sliding log by length"
+    )
+    parser.add_argument(
+        "--cost-on-url",
+        action="store_true",
+        help="measure Redis CPU per decision on --url, not on a private redis-server",
+    )
 
 
 def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> RedisBenchResult:
@@ -609,6 +829,8 @@ def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: Text
         rounds=args.rounds,
         hammer=args.hammer,
         coalescing=args.coalescing,
+        cost=args.cost,
+        cost_on_url=args.cost_on_url,
     )
     return run_redis_bench(
         settings, args.scenarios, args.libraries, out, args.progress, progress_stream=progress_stream
