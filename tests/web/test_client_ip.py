@@ -86,7 +86,11 @@ def test_answers_are_remembered_per_peer_and_headers_within_a_bound(monkeypatch:
     ]
     for case in cases + cases:
         assert resolver.find(*case) == resolver.resolve(*case)
-    assert len(resolver._memo) == 4
+    assert 3 == len(resolver._peers)  # two direct peers and the proxy
+    assert 2 == len(resolver._memo)  # the proxy's two chains
+    read: list[str] = []
+    resolver.resolve("203.0.113.9", lambda: read.append("fwd") or None, lambda: read.append("xff") or None)
+    assert [] == read  # an untrusted peer's forwarding headers are never even read
     for i in range(10):
         resolver.resolve(f"192.0.2.{i}", None, None)
-        assert len(resolver._memo) <= 4
+        assert len(resolver._peers) <= 4

@@ -14,7 +14,7 @@ framework set it, else a Starlette-style ``app.routes`` match), only then.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from ratekeeper.config.model import HttpRule
@@ -143,11 +143,7 @@ async def send_verdict(send: Send, verdict: Verdict) -> None:
 
 def request_view(scope: Scope) -> RequestView:
     """The core's view of an ASGI HTTP request."""
-    headers: dict[str, str] = {}
-    for raw_name, raw_value in scope.get("headers", ()):
-        name = raw_name.decode("latin-1").lower()
-        value = raw_value.decode("latin-1")
-        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    headers = AsgiHeaders(scope.get("headers", ()))
     client = scope.get("client")
     host = headers.get("host")
     if host is None and scope.get("server"):
@@ -165,6 +161,51 @@ def request_view(scope: Scope) -> RequestView:
         path_params=router.path_params,
         native=scope,
     )
+
+
+class AsgiHeaders(Mapping[str, str]):
+    """An ASGI scope's headers as the core reads them (lower-case names, repeated fields
+    joined with ``", "``), decoded only when asked: a request's rules read a header or
+    two, and decoding every header cost more than deciding."""
+
+    __slots__ = ("_all", "raw")
+
+    def __init__(self, raw: Iterable[tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+        self._all: dict[str, str] | None = None
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if self._all is not None:
+            return self._all.get(name, default)
+        wanted = name.encode("latin-1")
+        found: str | None = None
+        for raw_name, raw_value in self.raw:
+            if raw_name == wanted or raw_name.lower() == wanted:
+                value = raw_value.decode("latin-1")
+                found = value if found is None else f"{found}, {value}"
+        return default if found is None else found
+
+    def _decoded(self) -> dict[str, str]:
+        if self._all is None:
+            headers: dict[str, str] = {}
+            for raw_name, raw_value in self.raw:
+                name = raw_name.decode("latin-1").lower()
+                value = raw_value.decode("latin-1")
+                headers[name] = f"{headers[name]}, {value}" if name in headers else value
+            self._all = headers
+        return self._all
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
 
 
 def scope_user(scope: Scope) -> str | None:

@@ -15,8 +15,9 @@ whole. An IPv4-mapped IPv6 address (``::ffff:192.0.2.1``) counts as its IPv4 add
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ratekeeper.errors import ConfigurationError
 
@@ -128,22 +129,45 @@ class ClientAddress:
     _memo: dict[tuple[str | None, str | None, str | None], tuple[IPAddress | None, str | None]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    _peers: dict[str | None, tuple[bool, tuple[IPAddress | None, str | None]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    """Per peer: whether it is a trusted proxy, and the answer when it is not."""
 
     def __post_init__(self) -> None:
         if type(self.ipv6_prefix) is not int or not 0 <= self.ipv6_prefix <= 128:
             raise ConfigurationError(f"ipv6_prefix must be an integer from 0 to 128, got {self.ipv6_prefix!r}")
 
     def resolve(
-        self, peer: str | None, forwarded: str | None, x_forwarded: str | None
+        self, peer: str | None, forwarded: str | Callable[[], str | None] | None, x_forwarded: Any = None
     ) -> tuple[IPAddress | None, str | None]:
         """``find`` remembered: parsing addresses costs more than the rest of a request's key,
-        and a server sees the same few peers (and proxy chains) again and again. Bounded:
-        the memo starts afresh at ``MEMO_SIZE`` entries."""
+        and a server sees the same few peers (and proxy chains) again and again. The
+        forwarding headers may be given as callables (``lambda: headers.get(...)``): they
+        are read only when the peer is a trusted proxy. Bounded: each memo starts afresh at
+        ``MEMO_SIZE`` entries."""
+        peers = self._peers
+        direct = peers.get(peer)
+        if direct is None:
+            address = parse_ip(peer)
+            if address is None:
+                direct = (False, (None, peer or None))
+            else:
+                direct = (address in self.trusted_proxies, (address, self.group(address)))
+            if len(peers) >= MEMO_SIZE:
+                peers.clear()
+            peers[peer] = direct
+        if not direct[0]:
+            return direct[1]
+        given = (
+            peer,
+            forwarded() if callable(forwarded) else forwarded,
+            x_forwarded() if callable(x_forwarded) else x_forwarded,
+        )
         memo = self._memo
-        given = (peer, forwarded, x_forwarded)
         found = memo.get(given)
         if found is None:
-            found = self.find(peer, forwarded, x_forwarded)
+            found = self.find(*given)
             if len(memo) >= MEMO_SIZE:
                 memo.clear()
             memo[given] = found

@@ -492,7 +492,9 @@ class _Lookup:
     def _resolve_client(self) -> None:
         if self._client is None:
             v = self.view
-            address, key = self.core.client.resolve(v.peer, v.header("forwarded"), v.header("x-forwarded-for"))
+            address, key = self.core.client.resolve(
+                v.peer, lambda: v.header("forwarded"), lambda: v.header("x-forwarded-for")
+            )
             self._client = (address,)
             self._client_key = key
 
