@@ -79,3 +79,12 @@ def test_bad_settings_are_refused() -> None:
         bench.run_postgres_bench(bench.Settings(workers=0), None, None, io.StringIO(), False)
     with pytest.raises(ValueError, match="unknown subject 'sqlite'"):
         bench.run_postgres_bench(bench.Settings(duration=0.1), None, ["sqlite"], io.StringIO(), False)
+
+
+def test_the_sliding_log_by_length_admits_every_call_and_times_the_server(tiny: bench.PostgresBenchResult) -> None:
+    assert [log.length for log in tiny.logs] == list(bench.LOG_LENGTHS)
+    for log in tiny.logs:
+        assert log.sample.calls > 0 and log.sample.errors == 0
+        assert log.sample.allowed == log.sample.calls  # the log stays at its length: every call fits
+        assert log.server_ms > 0
+    assert "### The sliding log by length" in tiny.to_markdown()

@@ -18,6 +18,14 @@ database count too), and admitted against expected: on the hot key at most
 ``floor(seconds / 10 ms) + 1`` (more is over-admission), on many keys every call (each
 key comes back long after its 10 ms).
 
+Then the sliding log by length (``--no-log-lengths`` skips it): one thread on one
+connection, ratekeeper's sliding log held at 10, 600 and 10,000 live entries
+(``LOG_LENGTHS``: a limit of L per L ms and one call per ms of the call's own time, so each
+call expires one entry and appends one), for ``LOG_DURATION`` seconds each; reported:
+decisions/s, the rate over the 10-entry log's, and the server's time per call (the
+``Execution Time`` of ``EXPLAIN ANALYZE`` of the store's own statement, averaged over
+``LOG_EXPLAINS`` calls that continue the same log).
+
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
 (``python -m ratekeeper_bench.postgres``). Progress goes to standard error, the tables
 to standard output (and ``--markdown PATH``).
@@ -40,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ratekeeper_bench import report
-from ratekeeper_bench.latency import Sample, Target, time_threads
+from ratekeeper_bench.latency import Sample, Target, time_sync, time_threads
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper_bench.peers import library_version
 from ratekeeper_bench.postgres_peers import SUBJECTS, Load, PgSubject, limit_text
@@ -51,9 +59,11 @@ __all__ = [
     "DEFAULT_URL",
     "DEFAULT_WORKERS",
     "INTERVAL",
+    "LOG_LENGTHS",
     "SCENARIOS",
     "STRATEGIES",
     "Cell",
+    "LogCell",
     "PostgresBenchResult",
     "Settings",
     "add_arguments",
@@ -71,6 +81,11 @@ QUICK_DURATION = 0.2
 QUICK_KEYS = 500
 INTERVAL = 0.010
 """One call per 10 ms per key."""
+
+LOG_LENGTHS = (10, 600, 10_000)
+LOG_STEP_US = 1000
+LOG_DURATION = 2.0
+LOG_EXPLAINS = 50
 
 SCENARIOS = ("hot_key", "many_keys")
 STRATEGIES = ("for_update", "exclusion", "upsert")
@@ -100,6 +115,19 @@ class Cell:
 
 
 @dataclass(frozen=True, slots=True)
+class LogCell:
+    """The sliding log held at ``length`` entries: sync rate and server ms per call."""
+
+    length: int
+    sample: Sample
+    server_ms: float
+
+    @property
+    def rate(self) -> float:
+        return self.sample.rate
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """What one run measures: where, how long, how many keys and workers."""
 
@@ -109,6 +137,8 @@ class Settings:
     workers: int = DEFAULT_WORKERS
     synchronous_commit: bool = False
     """For every subject's connections alike (off: ratekeeper's default)."""
+    log_lengths: bool = True
+    log_duration: float = LOG_DURATION
 
 
 @dataclass(slots=True)
@@ -123,6 +153,7 @@ class PostgresBenchResult:
     load: str
     versions: dict[str, str] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
+    logs: list[LogCell] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
@@ -179,6 +210,33 @@ def _measure(subj: PgSubject, settings: Settings, schema: str, scenario: str) ->
     return Cell(subj.name, scenario, sample, _expected(scenario, sample), deadlocks)
 
 
+def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
+    """ratekeeper's sliding log held at ``length`` live entries (see the module docstring)."""
+    from ratekeeper import Limit, Limiter, Rule
+    from ratekeeper.op import Op
+
+    limiter = Limiter(settings.url, schema=schema, min_size=1, max_size=1)
+    try:
+        store: Any = limiter.store
+        plan = Rule(f"log{length}", [Limit(length, length * LOG_STEP_US / 1e6)], algorithm="sliding_window_log").plan
+        op = Op.decide(plan, "k", 1)
+        clock = itertools.count(1_750_000_000_000_000, LOG_STEP_US)
+        for _ in range(length):  # the log full before the cell starts
+            store.decide(op, next(clock))
+        sample = time_sync(
+            lambda _key: bool(store.decide(op, next(clock)).allowed), itertools.repeat("k"), settings.log_duration
+        )
+        total_ms = 0.0
+        with _admin(settings.url) as conn:
+            for _ in range(LOG_EXPLAINS):
+                sql, params = store.core.call([op], next(clock))
+                plan_json = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
+                total_ms += float(plan_json[0]["Execution Time"])
+        return LogCell(length, sample, total_ms / LOG_EXPLAINS)
+    finally:
+        limiter.close()
+
+
 def run_postgres_bench(
     settings: Settings,
     scenarios: Sequence[str] | None,
@@ -225,8 +283,23 @@ def run_postgres_bench(
                 continue
             steps.append((f"{scenario} {subj.name}", subj, scenario))
 
-    bar = report.Progress(progress_stream or sys.stderr, len(steps), enabled=progress)
+    lengths = LOG_LENGTHS if settings.log_lengths else ()
+    bar = report.Progress(progress_stream or sys.stderr, len(steps) + len(lengths), enabled=progress)
     try:
+        for length in lengths:
+            label = f"sliding log of {length:,} entries"
+            bar.start(label)
+            try:
+                log = measure_log(settings, schema, length)
+                result.logs.append(log)
+                summary = (
+                    f"{report.format_rate(log.rate)} decisions/s, server {log.server_ms:.3f} ms per call, "
+                    f"{log.sample.calls - log.sample.allowed} not admitted"
+                )
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
+                result.failures.append((label, describe(exc)))
+                summary = "failed"
+            bar.finish(label, summary)
         for label, subj, scenario in steps:
             bar.start(label)
             try:
@@ -313,6 +386,26 @@ def render_markdown(result: PostgresBenchResult) -> str:
                 f"{versus} |"
             )
         out.append("")
+    if result.logs:
+        short = result.logs[0]
+        out += [
+            "### The sliding log by length (one thread, one connection)",
+            "",
+            f"ratekeeper's sliding log held at L entries: a limit of L per L ms, one call per ms of the call's own "
+            f"time (`store.decide(op, now)`), {s.log_duration:g} s per cell. *server ms*: `Execution Time` of "
+            f"`EXPLAIN ANALYZE` of the store's statement, the mean of {LOG_EXPLAINS} calls continuing the log.",
+            "",
+            "| entries | decisions/s | × the shortest | p50 ms | p99 ms | server ms per call | not admitted |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
+        for log in result.logs:
+            sample = log.sample
+            out.append(
+                f"| {log.length:,} | {report.format_rate(log.rate)} | {_times(log.rate, short.rate)} | "
+                f"{sample.p50_us / 1000:.2f} | {sample.p99_us / 1000:.2f} | {log.server_ms:.3f} | "
+                f"{sample.calls - sample.allowed} |"
+            )
+        out.append("")
     out += ["What each row runs:", ""]
     out += [f"- {subj.name}: {subj.how}" for subj in SUBJECTS if subj.name in result.subjects]
     for label, reason in result.skipped:
@@ -350,6 +443,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="every commit waits for its WAL flush, for every subject (default: off for all, ratekeeper's default)",
     )
     parser.add_argument(
+        "--no-log-lengths", action="store_false", dest="log_lengths", help="skip the sliding log by length"
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         dest="scenarios",
@@ -379,6 +475,10 @@ def bench_from_args(
         keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
         workers=args.workers,
         synchronous_commit=args.synchronous_commit,
+        log_lengths=args.log_lengths,
+        log_duration=min(LOG_DURATION, args.duration)
+        if args.duration is not None
+        else (QUICK_DURATION if quick else LOG_DURATION),
     )
     return run_postgres_bench(
         settings, args.scenarios, args.subjects, out, args.progress, progress_stream=progress_stream
