@@ -89,3 +89,16 @@ def test_the_problem_body_fields() -> None:
 def test_names_that_need_escaping_stay_valid_strings() -> None:
     assert 'a"b\\c' == http_sf.parse(sf_string('a"b\\c').encode(), tltype="item")[0]
     assert "caf?" == http_sf.parse(sf_string("café").encode(), tltype="item")[0]
+
+
+def test_a_batch_of_one_rule_for_several_keys_names_the_policy_once_with_its_tightest_state() -> None:
+    """Checks of one rule for two keys: one policy member, and the state of the key with
+    the least left (a list with the same member twice would leave a client guessing)."""
+    limiter = Limiter("memory://", clock=FakeClock())
+    rule = Rule("r", ["5/minute"])
+    limiter.try_acquire(rule, "busy", 4)
+    batch = limiter.try_acquire_many([(rule, "fresh", 1), (rule, "busy", 1)])
+    fields = dict(ratelimit_fields(batch.decisions))
+    assert {"r": {"q": 5, "w": 60}} == sf(fields["RateLimit-Policy"])
+    assert 0 == sf(fields["RateLimit"])["r"]["r"]
+    assert 1 == fields["RateLimit"].count('"r"')

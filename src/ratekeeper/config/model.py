@@ -199,13 +199,15 @@ class RuleSet:
     rules: tuple[HttpRule, ...]
     source: str = "<code>"
     warnings: tuple[str, ...] = ()
+    _by_name: Mapping[str, HttpRule] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        seen: set[str] = set()
+        by_name: dict[str, HttpRule] = {}
         for r in self.rules:
-            if r.name in seen:
+            if r.name in by_name:
                 raise ConfigurationError(f"{self.source}: two rules are named {r.name!r}; rule names must be unique")
-            seen.add(r.name)
+            by_name[r.name] = r
+        object.__setattr__(self, "_by_name", by_name)  # built once: the service reads it per request
 
     def __iter__(self) -> Iterator[HttpRule]:
         return iter(self.rules)
@@ -215,4 +217,4 @@ class RuleSet:
 
     @property
     def by_name(self) -> Mapping[str, HttpRule]:
-        return {r.name: r for r in self.rules}
+        return self._by_name

@@ -241,11 +241,14 @@ def _check_content_type(value: str | None) -> None:
         raise BadInput(415, f"the body must be JSON; the request has {got}", "Content-Type: application/json")
 
 
+def _too_big() -> BadInput:
+    return BadInput(413, f"the body is larger than {MAX_BODY} bytes", f"a body of at most {MAX_BODY} bytes")
+
+
 async def _read_body(headers: dict[str, str], receive: Any) -> bytes:
-    too_big = BadInput(413, f"the body is larger than {MAX_BODY} bytes", f"a body of at most {MAX_BODY} bytes")
     length = headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY:
-        raise too_big
+        raise _too_big()
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -255,7 +258,7 @@ async def _read_body(headers: dict[str, str], receive: Any) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
-            raise too_big
+            raise _too_big()
         chunks.append(chunk)
         if not message.get("more_body", False):
             break

@@ -86,21 +86,33 @@ def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[str, ...], str]
 
 
 def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` for the enforced decisions of one request."""
-    policy: list[str] = []
-    state: list[str] = []
+    """``RateLimit-Policy`` and ``RateLimit`` for the enforced decisions of one request.
+
+    One member per policy: when several decisions of a request share a rule and limits
+    (a batch checking several keys of one rule), the field names the policy once and
+    reports its tightest state (least remaining, then longest wait), so a client reading
+    one item per policy reads the one that binds.
+    """
+    policy: dict[str, str] = {}
+    state: dict[str, tuple[int, int]] = {}
     for d in decisions:
         limits = d.rule_limits
         if not limits:
             continue  # a key that no limit applies to: nothing to advertise
         items, members = _policy(d.rule, limits)
-        policy.append(members)
+        policy.setdefault(members, members)
         remaining = d.remaining_each
         for i, item in enumerate(items):
-            state.append(f"{item};r={max(0, remaining[i])};t={_limit_t(d, i)}")
+            now = (max(0, remaining[i]), _limit_t(d, i))
+            seen = state.get(item)
+            if seen is None or (now[0], -now[1]) < (seen[0], -seen[1]):
+                state[item] = now
     if not policy:
         return []
-    return [("RateLimit-Policy", ", ".join(policy)), ("RateLimit", ", ".join(state))]
+    return [
+        ("RateLimit-Policy", ", ".join(policy)),
+        ("RateLimit", ", ".join(f"{item};r={r};t={t}" for item, (r, t) in state.items())),
+    ]
 
 
 def _reported(decisions: Sequence[Decision]) -> tuple[Decision, int] | None:
