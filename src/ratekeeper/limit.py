@@ -83,6 +83,7 @@ class Limit:
     period: float = field(default=1.0)
     burst: int | None = None
     period_us: int = field(init=False, repr=False, compare=False)
+    _text: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if type(self.count) is not int or self.count < 1:
@@ -139,8 +140,13 @@ class Limit:
         return self.count if self.burst is None else self.burst
 
     def __str__(self) -> str:
-        text = f"{self.count}/{_format_period(self.period_us)}"
-        return text if self.burst is None else f"{text} (burst {self.burst})"
+        try:
+            return self._text
+        except AttributeError:  # written once: every decision's as_dict and header spells it
+            text = f"{self.count}/{_format_period(self.period_us)}"
+            text = text if self.burst is None else f"{text} (burst {self.burst})"
+            object.__setattr__(self, "_text", text)
+            return text
 
 
 def never_admitted(cost: int | None, limit: Limit) -> str:
