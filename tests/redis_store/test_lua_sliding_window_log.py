@@ -57,11 +57,11 @@ def test_long_logs_expire_a_few_entries_at_a_time_like_the_reference(store: Redi
 def read_log(value: bytes) -> dict[str, Any]:
     """The stored log, decoded as sliding_window_log.lua documents its layout."""
     tw, cw = value[-2], value[-1]
-    size = 26 + 3 * cw + 2 * tw
+    size = 30 + 3 * cw + 2 * tw
     trailer = value[-size:]
     ref, exp = struct.unpack(">dd", trailer[:16])
-    start, n = struct.unpack(">II", trailer[16:24])
-    fields, at = [], 24
+    start, n, hint = struct.unpack(">III", trailer[16:28])
+    fields, at = [], 28
     for width in (cw, tw, cw, tw, cw):
         fields.append(int.from_bytes(trailer[at : at + width], "big"))
         at += width
@@ -81,6 +81,7 @@ def read_log(value: bytes) -> dict[str, Any]:
         "exp": exp,
         "start": start,
         "n": n,
+        "hint": hint,
         "base": base,
         "front": (ft, fc),
         "newest": (lt, lc),
@@ -151,3 +152,42 @@ def test_refund_cuts_into_the_newest_entries_and_empties_the_log(store: RedisSto
         state, expected = plan.decide(state, now, cost, None, None)
         assert store.decide(Op.decide(plan, "k", cost), now) == expected
     assert state is not None  # the last charge started a new log after the refund emptied it
+
+
+def test_huge_costs_keep_the_totals_exact(store: RedisStore) -> None:
+    """Costs near the 2**50 bound, two live at a time: the running totals of a log that
+    never empties pass 2**53 within a few dozen calls unless they are rebased before 2**52,
+    and then the decisions would no longer be the reference's."""
+    plan = Rule("swl-huge", [f"{2**50}/2ms"], algorithm="sliding_window_log").plan
+    now = NEAR_2_53 - 10**9
+    state: Any = None
+    for i in range(60):
+        now += 1000
+        cost = 2**49 - 1 - i
+        state, expected = plan.decide(state, now, cost, None, None)
+        assert store.decide(Op.decide(plan, "k", cost), now) == expected
+        assert expected.allowed
+
+
+def test_a_second_limit_starts_its_search_at_the_hint_and_decides_as_the_reference(
+    store: RedisStore, key_prefix: str
+) -> None:
+    """Two limits over a long log: the shorter window's first entry is kept in the trailer
+    (the hint), and a hint that is behind, ahead or out of range still finds the window."""
+    plan = Rule("swl-hint", ["300/300ms", "2000/2s"], algorithm="sliding_window_log").plan
+    now = 1_750_000_000_000_000
+    state: Any = None
+    client = redis.Redis.from_url(URL)
+    key = wire.storage_key(f"{key_prefix}:", plan, "k")
+    try:
+        for i in range(1500):
+            now += 1000 if i % 7 else 20_000  # jumps move the window past many entries at once
+            if i % 211 == 0 and i:
+                now -= 50_000  # the clock steps back: the hint is ahead of the window
+            state, expected = plan.decide(state, now, 1, None, None)
+            assert store.decide(Op.decide(plan, "k", 1), now) == expected
+            if i % 101 == 0 and i > 300:
+                log = read_log(bytes(client.get(key)))  # type: ignore[arg-type]
+                assert log["start"] < log["hint"] < log["n"]
+    finally:
+        client.close()

@@ -14,6 +14,9 @@
 -- is whole still tells where the clock was, should it step back; never 0 or less), or
 -- DEL when the algorithm left no state or a refund left it whole (it is forgotten, as
 -- MemoryStore.refund does). Ops on the same key see each other's effects in order.
+-- An algorithm with open/flush (the sliding log) keeps its state in place instead: open
+-- reads what the call needs, decide (with dry = true for a peek) changes the opened state,
+-- and flush writes the changes once at the end (never when an atomic call was refused).
 --
 -- Cost per call matters (every decision runs this): no table beyond the ones the
 -- algorithms need, the reply filled by index, and a key's state kept in plain arrays

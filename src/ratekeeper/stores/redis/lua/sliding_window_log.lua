@@ -32,17 +32,15 @@
 local swl_pack, swl_unpack = struct.pack, struct.unpack
 local SWL_TAIL = 512 -- bytes read from the end: the trailer (at most 61) and the newest records
 local SWL_CHUNK = 16 -- records read at once when skipping expired entries
+local SWL_EXACT = 2 ^ 52 -- stored totals are rebased before they reach this
 
-local swl_formats = {} -- (tw, cw) -> { record format, trailer format, trailer length }
+-- The formats of a record and of the trailer for widths (tw, cw), and the trailer's
+-- length. Built from constant strings: the chunk runs anew on every call, so nothing is
+-- cached between calls, and a number turned into a string costs a sprintf.
+local SWL_I = { "I1", "I2", "I3", "I4", "I5", "I6", "I7" }
 local function swl_format(tw, cw)
-  local key = tw * 8 + cw
-  local f = swl_formats[key]
-  if f == nil then
-    local t, c = "I" .. tw, "I" .. cw
-    f = { ">" .. t .. c, ">ddI4I4" .. c .. t .. c .. t .. c .. "BB", 26 + 3 * cw + 2 * tw }
-    swl_formats[key] = f
-  end
-  return f
+  local t, c = SWL_I[tw], SWL_I[cw]
+  return { ">" .. t .. c, ">ddI4I4I4" .. c .. t .. c .. t .. c .. "BB", 30 + 3 * cw + 2 * tw }
 end
 
 -- the fewest bytes (at most 7) that hold x (an integer >= 0) unsigned
@@ -60,23 +58,20 @@ end
 --   tail, tail_from  the last bytes of the value and the byte offset they start at
 --   whole   true when the value must be rewritten whole (SET) at the end
 local function swl_open(key)
-  local raw = redis.call("GETRANGE", key, -SWL_TAIL, -1)
-  local log = { key = key, at = {}, ac = {}, changed = false }
+  local raw = redis.call("GETRANGE", key, "-" .. SWL_TAIL, "-1")
   if raw == "" then
-    log.start, log.n, log.stored, log.base, log.whole, log.exp = 0, 0, 0, 0, true, 0
-    return log
+    return { key = key, at = {}, ac = {}, changed = false, start = 0, n = 0, stored = 0, base = 0,
+      whole = true, exp = 0, hint = 0, longest = 0, maxcount = 0 }
   end
   local size = #raw
   local tw, cw = raw:byte(size - 1), raw:byte(size)
   local f = swl_format(tw, cw)
-  local at = size - f[3] + 1
-  local ref, exp, start, n, base, ft, fc, lt, lc = swl_unpack(f[2], raw, at)
-  log.tw, log.cw, log.rw, log.rfmt, log.tfmt = tw, cw, tw + cw, f[1], f[2]
-  log.ref, log.exp, log.start, log.n, log.stored, log.base = ref, exp, start, n, n, base
-  log.ft, log.fc, log.lt, log.lc = ref + ft, fc, ref + lt, lc
-  log.tail, log.tail_from = raw, n * (tw + cw) + f[3] - size
-  log.whole = false
-  return log
+  local ref, exp, start, n, hint, base, ft, fc, lt, lc = swl_unpack(f[2], raw, size - f[3] + 1)
+  -- one constructor: the table is sized once
+  return { key = key, at = {}, ac = {}, changed = false, start = start, n = n, stored = n, base = base,
+    whole = false, exp = exp, hint = hint, longest = 0, maxcount = 0, tw = tw, cw = cw, rw = tw + cw, rfmt = f[1],
+    tfmt = f[2], ref = ref, ft = ref + ft, fc = fc, lt = ref + lt, lc = lc, tail = raw,
+    tail_from = n * (tw + cw) + f[3] - size }
 end
 
 -- time and total of record i (0-based, start <= i < n)
@@ -123,9 +118,74 @@ local function swl_reaching(log, lo, hi, target)
   return lo
 end
 
+-- Times and totals of records i..j-1 (j <= n), the stored ones in one GETRANGE at most.
+local function swl_block(log, i, j)
+  local ts, cs = {}, {}
+  local stored = log.stored
+  local k = i
+  if k < stored and k * log.rw < log.tail_from then
+    local top = j < stored and j or stored
+    local raw = redis.call("GETRANGE", log.key, k * log.rw, top * log.rw - 1)
+    local pos, rfmt, ref = 1, log.rfmt, log.ref
+    while k < top do
+      local t, c
+      t, c, pos = swl_unpack(rfmt, raw, pos)
+      ts[#ts + 1], cs[#cs + 1] = ref + t, c
+      k = k + 1
+    end
+  end
+  while k < j do
+    ts[#ts + 1], cs[#cs + 1] = swl_rec(log, k)
+    k = k + 1
+  end
+  return ts, cs
+end
+
+-- The first record in lo..hi-1 whose time is after x (hi when none), and the total of the
+-- record before it (nil when it is lo). Starts at the hint (where the window began at the
+-- last call: it moves a little per call), reading the records around it in one GETRANGE;
+-- a bisection when the answer is not there. The hint is only a guess: any value is safe.
+local function swl_window(log, lo, hi, x)
+  local h = log.hint
+  if h > lo and h < hi then
+    local last = h + SWL_CHUNK
+    if last > hi then
+      last = hi
+    end
+    local ts, cs = swl_block(log, h - 1, last)
+    if ts[1] <= x then
+      for j = 2, #ts do
+        if ts[j] > x then
+          return h + j - 2, cs[j - 1]
+        end
+      end
+      local k = swl_after(log, last, hi, x)
+      if k == last then
+        return k, cs[#cs]
+      end
+      local _, c = swl_rec(log, k - 1)
+      return k, c
+    end
+    hi = h - 1 -- the answer is at most h - 1
+    if hi == lo or swl_rec(log, hi - 1) <= x then
+      if hi == lo then
+        return lo, nil
+      end
+      local _, c = swl_rec(log, hi - 1)
+      return hi, c
+    end
+  end
+  local k = swl_after(log, lo, hi, x)
+  if k == lo then
+    return k, nil
+  end
+  local _, c = swl_rec(log, k - 1)
+  return k, c
+end
+
 -- an empty log, to be written whole
 local function swl_empty(log)
-  log.start, log.n, log.stored, log.base, log.at, log.ac, log.whole = 0, 0, 0, 0, {}, {}, true
+  log.start, log.n, log.stored, log.base, log.at, log.ac, log.whole, log.hint = 0, 0, 0, 0, {}, {}, true, 0
 end
 
 -- Move start past the entries whose time is at most cutoff (no limit counts them).
@@ -195,6 +255,8 @@ local function swl_load(log, last)
     at[#at + 1], ac[#ac + 1] = swl_rec(log, i)
     i = i + 1
   end
+  local hint = log.hint - log.start
+  log.hint = hint > 0 and hint or 0
   log.at, log.ac, log.start, log.n, log.stored, log.whole = at, ac, 0, #at, 0, true
 end
 
@@ -228,8 +290,12 @@ local function swl_flush(log, now, margin_ms)
   local start, n, stored = log.start, log.n, log.stored
   local prefix = nil -- the live stored bytes kept by a compacting rewrite
   if not log.whole then
-    -- do the new records fit the widths?
+    -- do the new records fit the widths? (and totals stay far below 2^53, where doubles
+    -- stop being exact: a rebase brings them back to the live costs, at most a count)
     local tcap, ccap = 256 ^ log.tw, 256 ^ log.cw
+    if ccap > SWL_EXACT then
+      ccap = SWL_EXACT
+    end
     if log.lt - log.ref >= tcap or log.lc >= ccap then
       swl_load(log, n)
     elseif start >= SWL_CHUNK and 5 * start > n then
@@ -261,7 +327,9 @@ local function swl_flush(log, now, margin_ms)
     for j = start + 1, n do
       parts[#parts + 1] = swl_pack(rfmt, at[j] - ref, ac[j] - base)
     end
-    parts[#parts + 1] = swl_pack(f[2], ref, log.exp, 0, n - start, 0, 0, log.fc - base, log.lt - ref, log.lc - base, tw, cw)
+    local hint = log.hint > start and log.hint - start or 0
+    parts[#parts + 1] = swl_pack(f[2], ref, log.exp, 0, n - start, hint, 0, 0, log.fc - base, log.lt - ref,
+      log.lc - base, tw, cw)
     if ttl_ms == nil then
       ttl_ms = math.ceil((log.exp - now) / 1000)
     end
@@ -269,14 +337,24 @@ local function swl_flush(log, now, margin_ms)
     return
   end
   local ref, rfmt = log.ref, log.rfmt
-  local parts = {}
   local at, ac = log.at, log.ac
+  if prefix == nil and n - stored == 1 then
+    -- the usual call: one record and the trailer, in one pack
+    redis.call("SETRANGE", key, stored * log.rw, swl_pack(rfmt .. string.sub(log.tfmt, 2), at[1] - ref, ac[1],
+      ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc, log.lt - ref, log.lc, log.tw, log.cw))
+    if ttl_ms ~= nil then
+      redis.call("PEXPIRE", key, ttl_ms)
+    end
+    return
+  end
+  local parts = {}
   for j = 1, n - stored do
     parts[j] = swl_pack(rfmt, at[j] - ref, ac[j])
   end
   if prefix ~= nil then
     -- expired entries dropped: the live bytes, the new records, the trailer from 0
-    parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, 0, n - start, log.base, log.ft - ref, log.fc,
+    local hint = log.hint > start and log.hint - start or 0
+    parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, 0, n - start, hint, log.base, log.ft - ref, log.fc,
       log.lt - ref, log.lc, log.tw, log.cw)
     if ttl_ms == nil then
       ttl_ms = math.ceil((log.exp - now) / 1000)
@@ -284,7 +362,7 @@ local function swl_flush(log, now, margin_ms)
     redis.call("SET", key, prefix .. table.concat(parts), "PX", ttl_ms)
     return
   end
-  parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, start, n, log.base, log.ft - ref, log.fc,
+  parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc,
     log.lt - ref, log.lc, log.tw, log.cw)
   redis.call("SETRANGE", key, stored * log.rw, table.concat(parts))
   if ttl_ms ~= nil then
@@ -320,14 +398,18 @@ ALGORITHMS["sliding_window_log"] = {
     local total = empty and base or log.lc
     local useds = {}
     local denied, retry = -1, 0
+    local hinted = false
     for i = 1, #specs do
       local limit, period = specs[i][1], specs[i][2]
       local first, before = start, base
       if period < longest and not empty then
-        first = swl_after(log, start, n, now - period) -- the oldest entry in this window
-        if first > start then
-          local _
-          _, before = swl_rec(log, first - 1)
+        local c
+        first, c = swl_window(log, start, n, now - period) -- the oldest entry in this window
+        if c ~= nil then
+          before = c
+        end
+        if not hinted then
+          log.hint, hinted = first, true
         end
       end
       local used = total - before
