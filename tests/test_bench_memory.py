@@ -100,7 +100,7 @@ def test_main_prints_the_tables_writes_them_to_markdown_and_logs_plain_progress(
     assert "Memory per idle key" not in written
     progress = captured.err.splitlines()
     assert len(progress) == 10  # six ratekeeper algorithms, gcra+observer and three of limits, one line each
-    assert progress[0].startswith("[1/9] hot_key_denied ratekeeper fixed_window: ")
+    assert progress[0].startswith("[ 1/10] hot_key_denied ratekeeper fixed_window: ")
     assert "\r" not in captured.err
 
 
