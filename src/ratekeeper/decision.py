@@ -215,24 +215,33 @@ class Decision(tuple[Any, ...]):
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready view (``inf`` becomes None; a key no limit applies to has
-        ``"unlimited": true`` and ``"remaining": null``)."""
-        retry = self.retry_after
-        return {
-            "rule": self.rule,
-            "allowed": self.allowed,
-            "remaining": None if not self[1] else self.remaining,
-            **({"unlimited": True} if not self[1] else {}),
-            "retry_after": None if math.isinf(retry) else retry,
-            "reset_after": self.reset_after,
-            "delay": self.delay,
-            "denied_by": None if self.denied_by is None else str(self.denied_by),
-            "limits": [
-                {"limit": str(s.limit), "remaining": s.remaining, "reset_after": s.reset_after, "denied": s.denied}
-                for s in self.limits
-            ],
-            **({"lease_id": self.lease_id} if self.lease_id else {}),
-            **({"fallback": self[9]} if self[9] else {}),
+        ``"unlimited": true`` and ``"remaining": null``).
+
+        Read from the fields directly (no ``LimitStats`` built): the service writes one
+        per check, a hundred per batch.
+        """
+        rule, limits, allowed, denied, retry_us, delay_us, remaining, resets, lease_id, fallback = self
+        doc: dict[str, Any] = {
+            "rule": rule,
+            "allowed": allowed,
+            "remaining": min(remaining) if limits else None,
         }
+        if not limits:
+            doc["unlimited"] = True
+        tightest = self._tightest()
+        doc["retry_after"] = None if retry_us == INFINITE else retry_us / 1_000_000
+        doc["reset_after"] = 0.0 if tightest < 0 else resets[tightest] / 1_000_000
+        doc["delay"] = delay_us / 1_000_000
+        doc["denied_by"] = None if denied < 0 else str(limits[denied])
+        doc["limits"] = [
+            {"limit": str(x), "remaining": remaining[i], "reset_after": resets[i] / 1_000_000, "denied": i == denied}
+            for i, x in enumerate(limits)
+        ]
+        if lease_id:
+            doc["lease_id"] = lease_id
+        if fallback:
+            doc["fallback"] = fallback
+        return doc
 
 
 class BatchDecision:
