@@ -93,6 +93,7 @@ class AppServer:
                 "--lifespan",
                 "off",
                 "--no-access-log",
+                *(["--workers", str(self.workers)] if self.workers > 1 else []),
                 self.target,
             ]
         raise ValueError(f"unknown server kind {self.kind!r}")

@@ -1,4 +1,5 @@
-"""Flask under gunicorn with TWO workers sharing Redis or PostgreSQL: the partner scenario.
+"""Flask under gunicorn with TWO workers, and Starlette under TWO uvicorn processes, sharing
+Redis or PostgreSQL: the partner scenario.
 
 Each worker is its own process with its own limiter; only the store is shared. Every
 response carries ``X-Worker`` (the pid that answered), so the test sees both workers
@@ -64,6 +65,27 @@ def sustained_load(server: AppServer) -> None:
 def flask_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
     config = {"store": store, "rules": common_rules(suffix), "options": OPTIONS}
     return AppServer("web_wsgi.flask_app:app", config, tmp_path, workers=2, name="flask-2w")
+
+
+def starlette_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
+    config = {"store": store, "rules": common_rules(suffix), "options": OPTIONS}
+    return AppServer("web_wsgi.starlette_app:app", config, tmp_path, kind="uvicorn", workers=2, name="uvicorn-2p")
+
+
+@pytest.mark.redis
+def test_two_uvicorn_processes_on_redis(tmp_path: Path) -> None:
+    suffix = f".{uuid.uuid4().hex[:8]}"
+    with starlette_on("redis://127.0.0.1:6379/0", suffix, tmp_path) as server:
+        partner_bursts(server, suffix)
+        sustained_load(server)
+
+
+@pytest.mark.postgres
+def test_two_uvicorn_processes_on_postgres(tmp_path: Path, pg_schema: str) -> None:
+    suffix = f".{uuid.uuid4().hex[:8]}"
+    with starlette_on(f"postgresql://127.0.0.1:5432/test?schema={pg_schema}", suffix, tmp_path) as server:
+        partner_bursts(server, suffix)
+        sustained_load(server)
 
 
 @pytest.mark.redis
