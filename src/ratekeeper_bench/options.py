@@ -86,6 +86,44 @@ def add_common_options(
     parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
 
 
+def add_load_options(
+    parser: argparse.ArgumentParser,
+    *,
+    per_round: str,
+    durations: tuple[int, int],
+    rounds: tuple[int, int],
+    connections: int,
+) -> None:
+    """``--duration`` and ``--rounds`` (defaults None: the command picks its default or its
+    ``--quick`` value, given here as ``(default, quick)`` for the help) and ``--connections``,
+    as the commands that load a server (``bench web``, ``bench serve``) take them."""
+    parser.add_argument(
+        "--duration",
+        type=count(1),
+        default=None,
+        metavar="SECONDS",
+        help=f"whole seconds {per_round} (default {durations[0]}; {durations[1]} with --quick)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=count(1),
+        default=None,
+        metavar="N",
+        help=f"rounds per case, the median reported (default {rounds[0]}; {rounds[1]} with --quick)",
+    )
+    parser.add_argument(
+        "--connections", type=count(1), default=connections, metavar="N", help=f"wrk -c (default {connections})"
+    )
+
+
+def add_server_run_options(parser: argparse.ArgumentParser, *, pin_help: str) -> None:
+    """``--no-pin``, ``--markdown``, ``--quick`` and ``--no-progress`` of the server loads."""
+    parser.add_argument("--no-pin", action="store_false", dest="pin", help=pin_help)
+    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
+    parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
+    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+
+
 def finish(result: Any, markdown: Path | None) -> int:
     """Write ``result``'s tables to ``markdown`` when asked; the exit status: 1 if a cell or
     step failed, else 0."""

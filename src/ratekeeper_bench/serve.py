@@ -63,7 +63,7 @@ from typing import TextIO
 from urllib.parse import quote, urlsplit
 
 from ratekeeper_bench import report
-from ratekeeper_bench.options import choose, count, describe, finish
+from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, describe, finish
 from ratekeeper_bench.serve_load import (
     GRPC_PATH,
     HEALTH_BODY,
@@ -750,22 +750,12 @@ def render_markdown(result: ServeBenchResult) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``ratekeeper bench serve`` to ``parser``."""
-    parser.add_argument(
-        "--duration",
-        type=count(1),
-        default=None,
-        metavar="SECONDS",
-        help=f"whole seconds per case and round (default {DEFAULT_DURATION}; {QUICK_DURATION} with --quick)",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=count(1),
-        default=None,
-        metavar="N",
-        help=f"rounds per case, the median reported (default {DEFAULT_ROUNDS}; {QUICK_ROUNDS} with --quick)",
-    )
-    parser.add_argument(
-        "--connections", type=count(1), default=DEFAULT_CONNECTIONS, metavar="N", help="wrk -c (default 32)"
+    add_load_options(
+        parser,
+        per_round="per case and round",
+        durations=(DEFAULT_DURATION, QUICK_DURATION),
+        rounds=(DEFAULT_ROUNDS, QUICK_ROUNDS),
+        connections=DEFAULT_CONNECTIONS,
     )
     parser.add_argument(
         "--store",
@@ -778,12 +768,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-url", default=DEFAULT_URL, metavar="URL", help=f"Redis for the redis store ({DEFAULT_URL})"
     )
-    parser.add_argument(
-        "--no-pin", action="store_false", dest="pin", help="do not pin the service to CPU 0 and the load to CPU 1"
-    )
-    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
-    parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
-    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+    add_server_run_options(parser, pin_help="do not pin the service to CPU 0 and the load to CPU 1")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -59,7 +59,7 @@ from typing import TextIO
 from urllib.parse import quote, urlsplit
 
 from ratekeeper_bench import report
-from ratekeeper_bench.options import choose, count, describe, finish
+from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, count, describe, finish
 from ratekeeper_bench.web_apps import AppConfig
 from ratekeeper_bench.web_apps.django_app import has_django_middleware
 from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, ServerError
@@ -658,24 +658,14 @@ def render_markdown(result: WebBenchResult) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add the options of ``ratekeeper bench web`` to ``parser``."""
-    parser.add_argument(
-        "--duration",
-        type=count(1),
-        default=None,
-        metavar="SECONDS",
-        help=f"whole seconds of wrk per case and round (default {DEFAULT_DURATION}; {QUICK_DURATION} with --quick)",
-    )
-    parser.add_argument(
-        "--rounds",
-        type=count(1),
-        default=None,
-        metavar="N",
-        help=f"rounds per case, the median reported (default {DEFAULT_ROUNDS}; {QUICK_ROUNDS} with --quick)",
+    add_load_options(
+        parser,
+        per_round="of wrk per case and round",
+        durations=(DEFAULT_DURATION, QUICK_DURATION),
+        rounds=(DEFAULT_ROUNDS, QUICK_ROUNDS),
+        connections=DEFAULT_CONNECTIONS,
     )
     parser.add_argument("--threads", type=count(1), default=DEFAULT_THREADS, metavar="N", help="wrk -t (default 1)")
-    parser.add_argument(
-        "--connections", type=count(1), default=DEFAULT_CONNECTIONS, metavar="N", help="wrk -c (default 32)"
-    )
     parser.add_argument(
         "--stack",
         action="append",
@@ -687,12 +677,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--redis-url", default=DEFAULT_URL, metavar="URL", help=f"Redis for ratekeeper's redis cases ({DEFAULT_URL})"
     )
-    parser.add_argument(
-        "--no-pin", action="store_false", dest="pin", help="do not pin the server to CPU 0 and wrk to CPU 1"
-    )
-    parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
-    parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
-    parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+    add_server_run_options(parser, pin_help="do not pin the server to CPU 0 and wrk to CPU 1")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
