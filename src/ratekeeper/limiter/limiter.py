@@ -178,6 +178,12 @@ class Limiter:
 
     def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
+        if isinstance(items, list | tuple) and len(items) == 1:
+            item = items[0]
+            if type(item) is tuple and len(item) in (2, 3):
+                # One item is one decision: try_acquire's path (the in-process store called
+                # directly; a server store's call coalesced with the other callers').
+                return BatchDecision((self.try_acquire(*item),))
         resolved = resolve_items(items)
         ops = batch_ops(resolved)
         if not ops:

@@ -16,9 +16,9 @@ own. A refund, reset or release made through this limiter forgets the key's entr
 made by another process is not seen, so there a key may be refused for at most the rest
 of its ``retry_after`` although quota came back: the documented price of the cache.
 
-A ``try_acquire_many`` of one item (a web request under one rule) is answered from the
-cache like a ``try_acquire``; larger batches always go to the store, and remember their
-denials. Not cached: peeks, ``acquire``'s reservations (they may be admitted with a delay),
+A ``try_acquire_many`` of one item (a web request under one rule) is a ``try_acquire``
+for the limiter, so the cache answers it too; larger batches always go to the store, and
+remember their denials. Not cached: peeks, ``acquire``'s reservations (they may be admitted with a delay),
 concurrency rules (a lease can be released early by anyone), a cost that no wait can
 admit (``retry_after = inf``, already refused without state), and fallback decisions
 (made without the store). The cache is bounded (``max_keys``; the oldest entry goes
@@ -130,12 +130,7 @@ class OverLimitCache:
         return decision
 
     def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
-        if len(ops) == 1 and now is None:  # one rule and key (a web request's usual batch)
-            cached, sent = self.cache.lookup(ops[0])
-            if cached is not None:
-                return (cached,)
-        else:
-            sent = self.cache.clock.now_us()
+        sent = self.cache.clock.now_us()
         decisions = self.store.decide_many(ops, now)
         if now is None:
             for op, decision in zip(ops, decisions, strict=True):
@@ -176,12 +171,7 @@ class AsyncOverLimitCache:
         return decision
 
     async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
-        if len(ops) == 1 and now is None:  # one rule and key (a web request's usual batch)
-            cached, sent = self.cache.lookup(ops[0])
-            if cached is not None:
-                return (cached,)
-        else:
-            sent = self.cache.clock.now_us()
+        sent = self.cache.clock.now_us()
         decisions = await self.store.decide_many(ops, now)
         if now is None:
             for op, decision in zip(ops, decisions, strict=True):

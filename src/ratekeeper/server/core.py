@@ -64,12 +64,7 @@ async def decide_together(limiter: AsyncLimiter, items: Sequence[Item]) -> Outco
     # 2. the enforced charges, all or nothing
     charged = [i for i, item in enumerate(items) if not item.peek and not item.shadow]
     if charged:
-        if allowed and len(charged) == 1:  # one check: the same decision, coalesced with others
-            item = items[charged[0]]
-            decision = await limiter.try_acquire(item.rule, item.key, item.cost)
-            allowed = decision.allowed
-            decisions[charged[0]] = decision
-        elif allowed:
+        if allowed:
             batch = await limiter.try_acquire_many([(items[i].rule, items[i].key, items[i].cost) for i in charged])
             allowed = batch.allowed
             for i, d in zip(charged, batch.decisions, strict=True):

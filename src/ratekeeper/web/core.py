@@ -312,7 +312,7 @@ class RateLimitCore:
         try:
             batches = next(flow)
             while True:
-                answers = [_many_sync(limiter, b) for b in batches]
+                answers = [limiter.try_acquire_many(b) if b else BatchDecision(()) for b in batches]
                 batches = flow.send(answers)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
@@ -460,21 +460,8 @@ class RateLimitCore:
         return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
 
 
-# A batch of one item is a try_acquire: the same decision (one rule's limits are one
-# transaction already), a fifth of the work on the memory store, and coalesced with the
-# other requests' calls on a server store.
-
-
 async def _many(limiter: AsyncLimiter, batch: tuple[Item, ...]) -> BatchDecision:
-    if len(batch) == 1:
-        return BatchDecision((await limiter.try_acquire(*batch[0]),))
     return await limiter.try_acquire_many(batch) if batch else BatchDecision(())
-
-
-def _many_sync(limiter: Limiter, batch: tuple[Item, ...]) -> BatchDecision:
-    if len(batch) == 1:
-        return BatchDecision((limiter.try_acquire(*batch[0]),))
-    return limiter.try_acquire_many(batch) if batch else BatchDecision(())
 
 
 class _Lookup:
