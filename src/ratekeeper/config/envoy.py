@@ -31,7 +31,7 @@ from ratekeeper.config.checks import (
     type_name,
 )
 from ratekeeper.config.problems import Problems, did_you_mean
-from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, read_text, read_yaml
+from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, load_file, read_yaml
 from ratekeeper.limit import Limit
 from ratekeeper.rule import Rule
 
@@ -180,12 +180,7 @@ class EnvoyConfig:
 
 def load_envoy(path: str | os.PathLike[str]) -> EnvoyConfig:
     """The configuration of an Envoy-form file; ``ConfigProblems`` listing every problem otherwise."""
-    source = os.fspath(path)
-    problems = Problems(source)
-    text = read_text(path, problems)
-    problems.raise_if_any()
-    assert text is not None
-    return parse_envoy(text, source)
+    return load_file(path, parse_envoy)
 
 
 def parse_envoy(text: str, source: str = "<string>") -> EnvoyConfig:

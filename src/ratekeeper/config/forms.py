@@ -8,7 +8,7 @@ from ratekeeper.config.envoy import EnvoyConfig, parse_envoy
 from ratekeeper.config.model import RuleSet
 from ratekeeper.config.native import parse_rules
 from ratekeeper.config.problems import Problems
-from ratekeeper.config.yamlfile import YamlMap, read_text, read_yaml
+from ratekeeper.config.yamlfile import YamlMap, load_file, read_yaml
 
 __all__ = ["is_envoy", "load_any", "parse_any"]
 
@@ -29,9 +29,4 @@ def parse_any(text: str, source: str = "<string>") -> RuleSet | EnvoyConfig:
 def load_any(path: str | os.PathLike[str]) -> RuleSet | EnvoyConfig:
     """The file's ``RuleSet`` (native form) or ``EnvoyConfig`` (top-level ``domain``);
     ``ConfigProblems`` listing every problem otherwise."""
-    source = os.fspath(path)
-    problems = Problems(source)
-    text = read_text(path, problems)
-    problems.raise_if_any()
-    assert text is not None
-    return parse_any(text, source)
+    return load_file(path, parse_any)

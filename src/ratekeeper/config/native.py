@@ -25,7 +25,7 @@ from ratekeeper.config.checks import (
 from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate, RuleSet
 from ratekeeper.config.problems import Problems
 from ratekeeper.config.quota_spec import check_quota
-from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, read_text, read_yaml
+from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, load_file, read_yaml
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.rule import DEFAULT_ALGORITHM
 
@@ -54,12 +54,7 @@ NEVER_PATH = PathTemplate("<none>", re.compile(r"(?!)"), ())
 
 def load_rules(path: str | os.PathLike[str]) -> RuleSet:
     """The rules of a native-form file; ``ConfigProblems`` listing every problem otherwise."""
-    source = os.fspath(path)
-    problems = Problems(source)
-    text = read_text(path, problems)
-    problems.raise_if_any()
-    assert text is not None
-    return parse_rules(text, source)
+    return load_file(path, parse_rules)
 
 
 def parse_rules(text: str, source: str = "<string>") -> RuleSet:

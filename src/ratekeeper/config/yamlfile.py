@@ -11,14 +11,17 @@ problem instead of the last one silently winning.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import yaml
 from yaml.constructor import SafeConstructor
 
 from ratekeeper.config.problems import Problems
 
-__all__ = ["YamlList", "YamlMap", "line_of", "read_text", "read_yaml"]
+__all__ = ["YamlList", "YamlMap", "line_of", "load_file", "read_text", "read_yaml"]
+
+T = TypeVar("T")
 
 
 class YamlMap(dict[str, Any]):
@@ -123,6 +126,16 @@ class _Builder:
                 f"cannot read this value ({what}); only plain YAML values (text, numbers, booleans, null) are accepted",
             )
             return None
+
+
+def load_file(path: str | os.PathLike[str], parse: Callable[[str, str], T]) -> T:
+    """``parse(text, source)`` of the file at ``path``; ``ConfigProblems`` when it cannot be read."""
+    source = os.fspath(path)
+    problems = Problems(source)
+    text = read_text(path, problems)
+    problems.raise_if_any()
+    assert text is not None
+    return parse(text, source)
 
 
 def read_text(path: str | os.PathLike[str], problems: Problems) -> str | None:
