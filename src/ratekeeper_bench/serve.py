@@ -45,13 +45,11 @@ error, the tables to standard output (and to ``--markdown PATH``).
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import os
 import platform
 import resource
 import secrets
 import shutil
-import socket
 import sys
 import tempfile
 import time
@@ -60,9 +58,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
-from urllib.parse import quote, urlsplit
 
 from ratekeeper_bench import report
+from ratekeeper_bench.environment import redis_reachable, store_url, versions
 from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, describe, finish
 from ratekeeper_bench.serve_load import (
     GRPC_PATH,
@@ -462,32 +460,6 @@ def _paced(
     return Paced(what, store, peak, r.load, r.server_cpu, r.load_cpu, r.server_wait)
 
 
-def _store_url(settings: Settings, store: str, prefix: str) -> str:
-    if store == "memory":
-        return "memory://"
-    joiner = "&" if "?" in settings.redis_url else "?"
-    return f"{settings.redis_url}{joiner}prefix={quote(prefix, safe='')}"
-
-
-def _versions() -> dict[str, str]:
-    found: dict[str, str] = {}
-    for name in ("ratekeeper", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "xds-protos", "redis"):
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
-
-
-def _redis_reachable(url: str) -> str | None:
-    parts = urlsplit(url)
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2.0):
-            return None
-    except OSError as exc:
-        return f"Redis is not reachable at {url}: {describe(exc)}"
-
-
 def _skip_reason(kind: Kind, store: str, redis_down: str | None, h2load: str | None) -> str | None:
     if store == "redis" and redis_down:
         return redis_down
@@ -523,10 +495,12 @@ def run_serve_bench(
         f"{os.cpu_count()} CPUs",
         run_id=run_id,
         tools=[wrk_version(wrk), *([h2load] if h2load else [])],
-        versions=_versions(),
+        versions=versions(
+            ("ratekeeper", "uvicorn", "httptools", "uvloop", "grpcio", "protobuf", "xds-protos", "redis")
+        ),
         load_before=os.getloadavg(),
     )
-    redis_down = _redis_reachable(settings.redis_url) if "redis" in settings.stores else None
+    redis_down = redis_reachable(settings.redis_url) if "redis" in settings.stores else None
     cases: list[Case] = []
     for store in settings.stores:
         for kind in KINDS.values():
@@ -549,7 +523,10 @@ def run_serve_bench(
             services: dict[str, Service] = {}
             for store in live_stores:
                 service = Service(
-                    _store_url(settings, store, prefix), rules, Path(tmp) / f"serve-{store}.log", cpu=server_cpu
+                    store_url(store, settings.redis_url, prefix),
+                    rules,
+                    Path(tmp) / f"serve-{store}.log",
+                    cpu=server_cpu,
                 )
                 service.start()
                 stop.callback(service.stop)

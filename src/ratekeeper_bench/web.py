@@ -48,7 +48,6 @@ import platform
 import resource
 import secrets
 import shutil
-import socket
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -56,9 +55,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
-from urllib.parse import quote, urlsplit
 
 from ratekeeper_bench import report
+from ratekeeper_bench.environment import redis_reachable, store_url, versions
 from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, count, describe, finish
 from ratekeeper_bench.web_apps import AppConfig
 from ratekeeper_bench.web_apps.django_app import has_django_middleware
@@ -316,40 +315,10 @@ def _missing(case: Case) -> str | None:
     return None
 
 
-def _redis_reachable(url: str) -> str | None:
-    parts = urlsplit(url)
-    try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2.0):
-            return None
-    except OSError as exc:
-        return f"Redis is not reachable at {url}: {describe(exc)}"
-
-
-def _store_url(settings: Settings, store: str, prefix: str) -> str:
-    if store != "redis":
-        return "memory://"
-    joiner = "&" if "?" in settings.redis_url else "?"
-    return f"{settings.redis_url}{joiner}prefix={quote(prefix, safe='')}"
-
-
 def _config(case: Case, settings: Settings, run_id: str, prefix: str) -> AppConfig:
     limit, period = DENIED if case.denied else ALLOWED
     rule = f"bench-web-{run_id}-{case.stack}-{case.store or case.variant}-{'denied' if case.denied else 'allowed'}"
-    return AppConfig(case.variant, limit, period, _store_url(settings, case.store, prefix), rule)
-
-
-def _versions() -> dict[str, str]:
-    names = (
-        "ratekeeper", "starlette", "uvicorn", "httptools", "uvloop", "flask", "django", "gunicorn",
-        "slowapi", "limits", "flask-limiter", "django-ratelimit", "redis",
-    )  # fmt: skip
-    found: dict[str, str] = {}
-    for name in names:
-        try:
-            found[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return found
+    return AppConfig(case.variant, limit, period, store_url(case.store, settings.redis_url, prefix), rule)
 
 
 def _cpu_ticks(cpu: int) -> tuple[int, int]:
@@ -488,11 +457,11 @@ def run_web_bench(
         machine=f"Python {platform.python_version()} on {platform.system()} {platform.machine()}, "
         f"{os.cpu_count()} CPUs",
         wrk=wrk_version(wrk),
-        versions=_versions(),
+        versions=versions(_VERSIONS),
         load_before=os.getloadavg(),
         django_middleware=has_django_middleware(),
     )
-    redis_down = _redis_reachable(settings.redis_url)
+    redis_down = redis_reachable(settings.redis_url)
     chosen: list[Case] = []
     for case in CASES:
         if case.stack not in settings.stacks:
@@ -651,6 +620,13 @@ def render_markdown(result: WebBenchResult) -> str:
     if result.redis_keys_deleted:
         out += [f"The run's {result.redis_keys_deleted} Redis key(s) were deleted at its end.", ""]
     return "\n".join(out) + "\n"
+
+
+_VERSIONS = (
+    "ratekeeper", "starlette", "uvicorn", "httptools", "uvloop", "flask", "django", "gunicorn",
+    "slowapi", "limits", "flask-limiter", "django-ratelimit", "redis",
+)  # fmt: skip
+"""The packages whose versions the report names."""
 
 
 # -- command line -------------------------------------------------------------------------
