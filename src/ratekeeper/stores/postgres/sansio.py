@@ -214,7 +214,7 @@ class PostgresCore:
             sql: (name, sql.replace("%s", "$1", 1).replace("%s", "$2", 1).encode())
             for name, sql in ((b"ratekeeper_gcra_one", self.gcra_one_sql), (b"ratekeeper_decide1", self.decide_one_sql))
         }
-        self.reset_sql = f"DELETE FROM {opts.schema}.{opts.table} WHERE key = %s"
+        self.reset_sql = f"SELECT {opts.schema}.{opts.table}_reset(%s)"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
         self.installed_sql = (
             "SELECT obj_description(to_regprocedure(%s), 'pg_proc'), "

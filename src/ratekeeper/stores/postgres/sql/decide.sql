@@ -21,25 +21,47 @@
 -- the changed rows written back; an atomic call whose "d" ops are not all admitted writes
 -- nothing. No lock outlives the statement. One call in SWEEP_EVERY also runs the sweep.
 --
+-- A sliding log's sealed segments (@table@_log, sliding_window_log.sql) are written with its
+-- state row: inserted and deleted by @table@_log_flush when the state is written back, and
+-- deleted with the row (a refund that leaves it whole, the sweep, a reset).
+--
 -- @schema@.@table@_sweep(max_rows int) RETURNS int
---   deletes at most max_rows rows whose expires_at has passed, skipping rows that another
---   call holds, when it gets the sweep's advisory lock (pg_try_advisory_xact_lock, never
---   waiting); returns the number deleted (0 when another instance is sweeping).
+--   deletes at most max_rows rows whose expires_at has passed (and their segments),
+--   skipping rows that another call holds, when it gets the sweep's advisory lock
+--   (pg_try_advisory_xact_lock, never waiting); returns the number of rows deleted (0 when
+--   another instance is sweeping).
+--
+-- @schema@.@table@_reset(key text) RETURNS void
+--   deletes one key's row (waiting for a call that holds it) and its segments.
 
 CREATE OR REPLACE FUNCTION @schema@.@table@_sweep(max_rows int) RETURNS int
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     wall bigint := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    deleted int;
+    gone text[];
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtext('ratekeeper.sweep'), hashtext('@schema@.@table@')) THEN
         RETURN 0;
     END IF;
-    DELETE FROM @schema@.@table@ WHERE ctid = ANY (ARRAY(
-        SELECT ctid FROM @schema@.@table@ WHERE expires_at < wall
-        ORDER BY expires_at LIMIT max_rows FOR UPDATE SKIP LOCKED));
-    GET DIAGNOSTICS deleted = ROW_COUNT;
-    RETURN deleted;
+    WITH d AS (
+        DELETE FROM @schema@.@table@ WHERE ctid = ANY (ARRAY(
+            SELECT ctid FROM @schema@.@table@ WHERE expires_at < wall
+            ORDER BY expires_at LIMIT max_rows FOR UPDATE SKIP LOCKED))
+        RETURNING key)
+    SELECT coalesce(array_agg(key), '{}') INTO gone FROM d;
+    IF cardinality(gone) > 0 THEN
+        -- A statement of its own: it sees every segment written by the rows' last holders.
+        DELETE FROM @schema@.@table@_log WHERE key = ANY (gone);
+    END IF;
+    RETURN cardinality(gone);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.@table@_reset(k text) RETURNS void
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    DELETE FROM @schema@.@table@ WHERE key = k;
+    DELETE FROM @schema@.@table@_log WHERE key = k;  -- after the row's holder is done
 END
 $$;
 
@@ -81,6 +103,7 @@ DECLARE
     reply bigint[];
     new_state numeric[];
     new_leases text[];
+    logs boolean[] := '{}';  -- per key: a sliding log (its segments are written with it)
 BEGIN
     -- Which keys the call writes: a call of peeks only reads, and locks nothing.
     pos := 4;
@@ -151,7 +174,8 @@ BEGIN
             WHEN 'leaky_bucket' THEN
                 res := @schema@.rk_leaky_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
             WHEN 'sliding_window_log' THEN
-                res := @schema@.rk_sliding_window_log(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode = 'r');
+                logs[k] := true;
             WHEN 'sliding_window_counter' THEN
                 res := @schema@.rk_sliding_window_counter(
                     s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
@@ -165,7 +189,11 @@ BEGIN
         reply := res.reply;
         IF mode = 'r' THEN
             -- As MemoryStore.refund: a state that is whole again is deleted.
-            chk := @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
+            IF algo = 'sliding_window_log' THEN
+                chk := @schema@.@table@_sliding_window_log(keys[k], new_state, new_leases, now_us, spec, 0, false);
+            ELSE
+                chk := @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
+            END IF;
             life := 0;
             FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
                 life := greatest(life, chk.reply[j]);
@@ -214,10 +242,16 @@ BEGIN
                 ELSE
                     expires := (expires / 1000000 + 1) * 1000000 + EXPIRY_STEP_US;
                 END IF;
+                IF logs[k] THEN
+                    s.state := @schema@.@table@_log_flush(keys[k], s.state);
+                END IF;
                 UPDATE @schema@.@table@ SET state = s.state, leases = s.leases, expires_at = expires
                 WHERE ctid = s.row_id;
             ELSIF s.fresh OR (s.dirty AND NOT (atomic AND refused)) THEN
                 DELETE FROM @schema@.@table@ WHERE ctid = s.row_id;
+                IF logs[k] AND NOT s.fresh THEN
+                    DELETE FROM @schema@.@table@_log WHERE key = keys[k];
+                END IF;
             END IF;
         END LOOP;
         IF random() < SWEEP_EVERY THEN
@@ -228,7 +262,8 @@ BEGIN
 END
 $$;
 
--- The algorithm functions by name (one file each); raises for an unknown name.
+-- The algorithm functions by name (one file each, the sliding log aside: it reads its
+-- table's segments); raises for an unknown name.
 CREATE OR REPLACE FUNCTION @schema@.rk_apply(
     algo text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
@@ -243,8 +278,6 @@ BEGIN
             SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_token_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'leaky_bucket' THEN
             SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_leaky_bucket(st, ls, now_us, spec, cost, max_wait, lease, refund);
-        WHEN 'sliding_window_log' THEN
-            SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_sliding_window_log(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'sliding_window_counter' THEN
             SELECT * INTO new_state, new_leases, reply FROM @schema@.rk_sliding_window_counter(st, ls, now_us, spec, cost, max_wait, lease, refund);
         WHEN 'concurrency' THEN

@@ -25,6 +25,30 @@ CREATE @unlogged@ TABLE IF NOT EXISTS @schema@.@table@ (
 
 CREATE INDEX IF NOT EXISTS @table@_expires_at ON @schema@.@table@ (expires_at);
 
+-- The sealed segments of the sliding logs (sliding_window_log.sql): per storage key, runs of
+-- at most SEGMENT entries, immutable once inserted. upto is the running total (the cost
+-- admitted since the log began) at the segment's last entry, so upto increases strictly
+-- along a key's log; before is the running total before its first entry (or the log's base,
+-- if larger); entry j was admitted at first_t + offs[j] and brings the running total to
+-- upto - rels[n] + rels[j] (rels[1] = 0; a segment is cut early rather than let an offset
+-- or a rel pass int4). Rows are written only by a call holding the key's state row, and
+-- deleted with it. Created with the state table's persistence (after a crash, an
+-- UNLOGGED table is emptied: the two must be emptied together).
+DO $$
+BEGIN
+    IF to_regclass('@schema@.@table@_log') IS NULL THEN
+        EXECUTE format(
+            'CREATE %s TABLE @schema@.@table@_log ('
+            'key text NOT NULL, upto numeric NOT NULL, before numeric NOT NULL, first_t bigint NOT NULL, '
+            'last_t bigint NOT NULL, offs int[] NOT NULL, rels int[] NOT NULL, PRIMARY KEY (key, upto))',
+            CASE (SELECT relpersistence FROM pg_class WHERE oid = '@schema@.@table@'::regclass)
+                WHEN 'u' THEN 'UNLOGGED' ELSE '' END);
+    END IF;
+END
+$$;
+
+CREATE INDEX IF NOT EXISTS @table@_log_last_t ON @schema@.@table@_log (key, last_t, upto);
+
 -- One key's working copy inside a call (PL/pgSQL arrays of it).
 DO $$
 BEGIN

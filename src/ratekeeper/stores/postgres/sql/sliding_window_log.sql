@@ -1,97 +1,184 @@
--- ratekeeper: sliding window log (ratekeeper/algorithms/sliding_window_log.py), as one
--- PL/pgSQL function.
+-- ratekeeper: sliding window log (ratekeeper/algorithms/sliding_window_log.py), in PL/pgSQL,
+-- with a cost per call that does not grow with the log's length.
 --
--- Parameters (the same for every algorithm function, called by @table@_decide):
---   st        the stored state: the admitted requests (time_1, cost_1, time_2, cost_2, ...)
---             oldest first, times ascending; one log serves every limit; NULL when absent
---   ls        lease ids (unused here)
---   now_us    now in µs
---   spec      per limit (count, period_us), flattened
---   cost      the cost (>= 0)
---   max_wait  unused
---   lease     unused
---   refund    false: decide; true: take cost back from the newest entries (reply is NULL)
--- Returns new_state / new_leases (the state to keep) and reply (the wire format's fields:
--- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
--- Same steps as SlidingWindowLog.decide / refund: an entry admitted at t counts while
--- t > now - period; entries no limit counts any more are dropped when the log is written.
+-- The log of one storage key: the admitted requests in order, each with its time and the
+-- running total (the cost admitted since the log began, so totals increase strictly: only
+-- positive costs are logged). The newest entries (the head) live in the state row; older
+-- ones in sealed segments of at most SEGMENT entries, rows of @table@_log (schema.sql
+-- documents its columns), inserted once when the head fills and deleted once every entry
+-- in them is dropped. The state (numeric[], of odd length):
+--   [1] base    running total before the first entry the log still keeps (entries at or
+--               below it are dropped: the reference's moving start)
+--   [2] hi      upto of the newest segment (0: none)
+--   [3] hi_t    its last_t
+--   [4] lo      upto of the oldest stored segment (0: none)
+--   [5] pulled  1 in a working copy whose refund pulled a segment back into the head: the
+--               segments above hi are deleted when the state is written (stored: 0)
+--   [6 .. 5+n]      the head's times, ascending
+--   [6+n .. 5+2n]   the head's running totals
+-- A state of even length is a log written before segments existed ((time, cost) pairs
+-- oldest first); it is read as such and written back in this layout by its next charge or
+-- refund, so no state is misread and none is lost.
+--
+-- A limit of period p counts the kept entries with time > now - p: the cost admitted in
+-- its window is total - before, where before is the running total before the first such
+-- entry (the larger of base and the total of the last entry at or before now - p). That
+-- entry is found in the head with one width_bucket (a binary search in C), or, when the
+-- window starts before the head, by one index lookup of the first segment whose last_t is
+-- after now - p and a width_bucket inside it. A denial's retry time needs the entry at
+-- which the running total reaches total + cost - count: one lookup by upto. Reads only:
+-- the writes (sealing, deleting dropped and pulled-back segments) wait for
+-- @table@_log_flush, which the decide function runs when it writes the call's state back,
+-- and never for an atomic call that was refused.
 
-CREATE OR REPLACE FUNCTION @schema@.rk_sliding_window_log(
-    st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
-    refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+-- @schema@.@table@_sliding_window_log(lkey, st, ls, now_us, spec, cost, refund)
+--   lkey      the storage key (its segments' key)
+--   st        the state above (NULL when absent); ls the lease ids (unused)
+--   now_us    now in µs; spec per limit (count, period_us), flattened; cost (>= 0)
+--   refund    false: decide; true: take cost back from the newest entries (reply is NULL),
+--             pulling the newest segment back into the head when the cut lies in it
+-- Returns new_state / new_leases and reply (the wire format's fields: allowed,
+-- denied_index, retry_us, delay_us, remaining_1..n, reset_1..n). Same steps as
+-- SlidingWindowLog.decide / refund.
+CREATE OR REPLACE FUNCTION @schema@.@table@_sliding_window_log(
+    lkey text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, refund boolean,
+    OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
+LANGUAGE plpgsql STABLE AS $$
 DECLARE
     cnt int := array_length(spec, 1) / 2;
-    entries int := coalesce(array_length(st, 1), 0) / 2;
+    len int := coalesce(array_length(st, 1), 0);
+    n int;
+    base numeric;
+    hi numeric;
+    hi_t bigint;
+    lo numeric;
+    pulled numeric := 0;
+    times numeric[];
+    totals numeric[];
+    total numeric;
+    last_t numeric;
     longest bigint := 0;
-    live int := 1;
-    total numeric := 0;
+    x bigint;
+    j int;
+    m int;
     lim bigint;
     period bigint;
-    first int;
-    used numeric;
+    before numeric;
+    live_before numeric;
     useds numeric[] := '{}';
-    excess numeric;
-    acc numeric;
-    k int;
+    target numeric;
     r numeric;
     denied int := -1;
     retry numeric := 0;
     newest numeric;
     charged bigint;
-    target numeric;
+    sb numeric;
+    su numeric;
+    sf bigint;
+    so int[];
+    sr int[];
     remaining bigint[] := '{}';
     resets bigint[] := '{}';
 BEGIN
     new_leases := ls;
+    IF len % 2 = 0 THEN  -- absent, or the layout before segments: (time, cost) pairs
+        n := len / 2;
+        base := 0;
+        hi := 0;
+        hi_t := 0;
+        lo := 0;
+        times := ARRAY(SELECT st[2 * i - 1] FROM generate_series(1, n) AS i ORDER BY i);
+        totals := ARRAY(SELECT sum(st[2 * i]) OVER (ORDER BY i) FROM generate_series(1, n) AS i ORDER BY i);
+    ELSE
+        base := st[1];
+        hi := st[2];
+        hi_t := st[3];
+        lo := st[4];
+        pulled := st[5];
+        n := (len - 5) / 2;
+        times := st[6 : 5 + n];
+        totals := st[6 + n : 5 + 2 * n];
+    END IF;
+    total := CASE WHEN n > 0 THEN totals[n] ELSE greatest(base, hi) END;
+    last_t := CASE WHEN n > 0 THEN times[n] WHEN hi > base THEN hi_t END;
     FOR i IN 1..cnt LOOP
         longest := greatest(longest, spec[2 * i]);
     END LOOP;
-    WHILE live <= entries AND st[2 * live - 1] <= now_us - longest LOOP
-        live := live + 1;
+
+    -- Per limit (and for the longest period: where the kept live entries start), the
+    -- running total before the window.
+    FOR i IN CASE WHEN refund THEN 0 ELSE 1 END .. CASE WHEN refund THEN 0 ELSE cnt END LOOP
+        -- i = 0 (a refund): the longest period only
+        x := now_us - CASE WHEN i = 0 THEN longest ELSE spec[2 * i] END;
+        IF total <= base OR last_t <= x THEN
+            before := total;  -- nothing kept is in the window
+        ELSIF hi > base AND hi_t > x THEN  -- the window starts in a segment
+            SELECT s.before, s.upto, s.first_t, s.offs, s.rels INTO sb, su, sf, so, sr
+            FROM @schema@.@table@_log s WHERE s.key = lkey AND s.last_t > x ORDER BY s.last_t, s.upto LIMIT 1;
+            j := width_bucket(greatest(x - sf, -1)::int, so);  -- its entries at or before x
+            before := greatest(base, CASE WHEN j = 0 THEN sb ELSE su - sr[array_length(sr, 1)] + sr[j] END);
+        ELSE
+            j := width_bucket(x::numeric, times);
+            before := greatest(base, CASE WHEN j = 0 THEN hi ELSE totals[j] END);
+        END IF;
+        IF i = 0 THEN
+            live_before := before;
+        ELSE
+            useds[i] := total - before;
+            IF spec[2 * i] = longest THEN
+                live_before := before;
+            END IF;
+        END IF;
     END LOOP;
-    FOR j IN live..entries LOOP
-        total := total + st[2 * j];
-    END LOOP;
+
     IF refund THEN
         target := total - cost;
-        IF live > entries OR target <= 0 THEN
-            new_state := NULL;
+        IF target <= live_before THEN
+            new_state := NULL;  -- nothing live would be left
             RETURN;
         END IF;
-        acc := 0;
-        k := live;
-        WHILE acc + st[2 * k] < target LOOP
-            acc := acc + st[2 * k];
-            k := k + 1;
-        END LOOP;
-        new_state := st[2 * live - 1 : 2 * k - 2] || st[2 * k - 1] || (target - acc);
+        IF target > hi THEN  -- the cut lies in the head
+            j := width_bucket(target - 1, totals) + 1;
+            times := times[1 : j];
+            totals := totals[1 : j - 1] || target;
+        ELSE  -- in a segment: it becomes the head, the newer ones are deleted on write
+            SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
+            FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
+            m := array_length(sr, 1);
+            times := ARRAY(SELECT sf + o FROM unnest(so) WITH ORDINALITY AS u (o, i) ORDER BY i);
+            totals := ARRAY(SELECT su - sr[m] + v FROM unnest(sr) WITH ORDINALITY AS u (v, i) ORDER BY i);
+            j := width_bucket(target - 1, totals) + 1;
+            times := times[1 : j];
+            totals := totals[1 : j - 1] || target;
+            SELECT s.upto, s.last_t INTO hi, hi_t
+            FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto < su ORDER BY s.upto DESC LIMIT 1;
+            hi := coalesce(hi, 0);
+            hi_t := coalesce(hi_t, 0);
+            pulled := 1;
+        END IF;
+        j := width_bucket(live_before, totals);  -- entries no limit counts any more are dropped
+        n := coalesce(array_length(times, 1), 0);
+        new_state := ARRAY[live_before, hi, hi_t, lo, pulled] || times[j + 1 : n] || totals[j + 1 : n];
         RETURN;
     END IF;
+
     FOR i IN 1..cnt LOOP
         lim := spec[2 * i - 1];
-        period := spec[2 * i];
-        first := live;
-        used := total;
-        WHILE first <= entries AND st[2 * first - 1] <= now_us - period LOOP
-            used := used - st[2 * first];
-            first := first + 1;
-        END LOOP;
-        useds[i] := used;
-        IF used + cost > lim THEN
+        IF useds[i] + cost > lim THEN
+            period := spec[2 * i];
             IF cost > lim THEN
                 r := -1;
             ELSE
-                -- The entry whose expiry frees enough: the cost from the window's oldest reaches the excess.
-                excess := used + cost - lim;
-                acc := 0;
-                k := first;
-                LOOP
-                    acc := acc + st[2 * k];
-                    EXIT WHEN acc >= excess;
-                    k := k + 1;
-                END LOOP;
-                r := st[2 * k - 1] + period - now_us;
+                -- The entry whose expiry frees enough: the running total reaches total + cost - count.
+                target := total + cost - lim;
+                IF target > hi THEN
+                    r := times[width_bucket(target - 1, totals) + 1] + period - now_us;
+                ELSE
+                    SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
+                    FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
+                    j := width_bucket(greatest(target - 1 - (su - sr[array_length(sr, 1)]), -1)::int, sr) + 1;
+                    r := sf + so[j] + period - now_us;
+                END IF;
             END IF;
             IF denied < 0 OR @schema@.rk_later(r, retry) THEN
                 denied := i - 1;
@@ -99,15 +186,16 @@ BEGIN
             END IF;
         END IF;
     END LOOP;
-    newest := CASE WHEN entries >= live THEN st[2 * entries - 1] ELSE now_us END;
+    newest := CASE WHEN total > live_before THEN last_t ELSE now_us END;
     charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
     IF charged <> 0 THEN
         -- A clock that stepped back must not break the order: the entry then counts a little longer.
-        IF now_us > newest OR entries < live THEN
+        IF now_us > newest OR total <= live_before THEN
             newest := now_us;
         END IF;
-        new_state := CASE WHEN entries >= live THEN st[2 * live - 1 : 2 * entries] ELSE '{}'::numeric[] END
-            || newest || charged::numeric;
+        j := width_bucket(live_before, totals);  -- entries no limit counts any more are dropped
+        new_state := ARRAY[live_before, hi, hi_t, lo, pulled] || times[j + 1 : n] || newest
+            || totals[j + 1 : n] || (total + charged);
     ELSE
         new_state := st;
     END IF;
@@ -116,5 +204,71 @@ BEGIN
         resets[i] := CASE WHEN useds[i] + charged > 0 THEN newest + spec[2 * i] - now_us ELSE 0 END;
     END LOOP;
     reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;
+END
+$$;
+
+-- @schema@.@table@_log_flush(lkey, st) RETURNS numeric[]
+--   Writes what a sliding log's working state (above) implies for its segments, when the
+--   decide function writes the state back: deletes the segments a refund pulled back, the
+--   segments whose every entry is dropped, and seals the head's oldest entries into new
+--   segments while it holds SEGMENT or more. Returns the state to store.
+CREATE OR REPLACE FUNCTION @schema@.@table@_log_flush(lkey text, st numeric[]) RETURNS numeric[]
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    SEGMENT CONSTANT int := 32;
+    INT_MAX CONSTANT bigint := 2147483647;
+    len int := coalesce(array_length(st, 1), 0);
+    n int := (len - 5) / 2;
+    base numeric;
+    hi numeric;
+    hi_t bigint;
+    lo numeric;
+    times numeric[];
+    totals numeric[];
+    first int := 1;
+    m int;
+BEGIN
+    IF len % 2 = 0 THEN
+        RETURN st;  -- not this layout (an unchanged older log, or NULL)
+    END IF;
+    base := st[1];
+    hi := st[2];
+    hi_t := st[3];
+    lo := st[4];
+    IF st[5] <> 0 THEN  -- a refund pulled the segment above hi back into the head
+        DELETE FROM @schema@.@table@_log WHERE key = lkey AND upto > hi;
+        IF hi = 0 THEN
+            lo := 0;
+        END IF;
+    END IF;
+    IF lo > 0 AND lo <= base THEN  -- segments whose every entry is dropped
+        DELETE FROM @schema@.@table@_log WHERE key = lkey AND upto <= base;
+        SELECT s.upto INTO lo FROM @schema@.@table@_log s WHERE s.key = lkey ORDER BY s.upto LIMIT 1;
+        IF lo IS NULL THEN
+            lo := 0;
+            hi := 0;
+            hi_t := 0;
+        END IF;
+    END IF;
+    times := st[6 : 5 + n];
+    totals := st[6 + n : 5 + 2 * n];
+    WHILE n - first + 1 >= SEGMENT LOOP
+        m := 1;  -- entries first .. first + m - 1 make the segment (cut early before an int4 overflows)
+        WHILE m < SEGMENT AND times[first + m] - times[first] <= INT_MAX
+              AND totals[first + m] - totals[first] <= INT_MAX LOOP
+            m := m + 1;
+        END LOOP;
+        INSERT INTO @schema@.@table@_log (key, upto, before, first_t, last_t, offs, rels)
+        VALUES (lkey, totals[first + m - 1], greatest(base, hi), times[first], times[first + m - 1],
+                ARRAY(SELECT (times[i] - times[first])::int FROM generate_series(first, first + m - 1) AS i ORDER BY i),
+                ARRAY(SELECT (totals[i] - totals[first])::int FROM generate_series(first, first + m - 1) AS i ORDER BY i));
+        hi := totals[first + m - 1];
+        hi_t := times[first + m - 1];
+        IF lo = 0 THEN
+            lo := hi;
+        END IF;
+        first := first + m;
+    END LOOP;
+    RETURN ARRAY[base, hi, hi_t, lo, 0] || times[first : n] || totals[first : n];
 END
 $$;

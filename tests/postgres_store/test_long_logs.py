@@ -1,0 +1,259 @@
+"""The PostgreSQL sliding log with long logs (its head and sealed segments, ``sql/sliding_window_log.sql``)
+decides exactly as the reference, decision by decision and per limit.
+
+Long random traces, seeded, on one or two limits: windows that start inside a segment,
+logs crossing many segment boundaries, refunds that pull segments back into the head,
+denials whose retry time lies in an old segment, a clock that steps back, atomic calls
+that are refused, and everything expiring at once; plus what the segment table holds after
+a reset, the sweep, a whole refund, a refused atomic call and a log in the old layout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+
+from ratekeeper.limit import Limit
+from ratekeeper.op import Op
+from ratekeeper.rule import Rule
+from ratekeeper.stores import wire
+from ratekeeper.stores.postgres.store import PostgresStore
+from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
+
+from .conftest import PG_URL
+from .traces import Model
+
+pytestmark = pytest.mark.postgres
+
+SEGMENT = 32
+"""Entries per sealed segment (``SEGMENT`` in ``sql/sliding_window_log.sql``)."""
+T0 = 1_750_000_000_000_000
+
+
+def segments(schema: str, key: str | None = None) -> list[tuple[str, int, int, int]]:
+    """(key, upto, first_t, entries) of every stored segment, oldest first."""
+    where = "" if key is None else "WHERE key = %s"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        return conn.execute(
+            f"SELECT key, upto::bigint, first_t, cardinality(offs) FROM {schema}.state_log {where} ORDER BY key, upto",
+            () if key is None else (key,),
+        ).fetchall()
+
+
+def state_rows(schema: str) -> list[tuple[str, Any]]:
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        return conn.execute(f"SELECT key, state FROM {schema}.state ORDER BY key").fetchall()
+
+
+RULES = {
+    "one": [Limit.from_us(200, 1_000_000)],
+    "two": [Limit.from_us(300, 2_000_000), Limit.from_us(40, 100_000)],
+    "three": [Limit.from_us(90, 500_000), Limit.from_us(500, 5_000_000), Limit.from_us(7, 3_000)],
+}
+
+
+def long_trace(rng: random.Random, plan: Any, calls: int) -> list[tuple[int, bool, list[wire.Op]]]:
+    """Calls on two keys of ``plan``: mostly charges a few ms apart (logs of hundreds of
+    entries), peeks, refunds small and large, atomic pairs, clock steps back, idle gaps."""
+    now = T0
+    out: list[tuple[int, bool, list[wire.Op]]] = []
+    for _ in range(calls):
+        step = rng.random()
+        if step < 0.3:
+            pass
+        elif step < 0.95:
+            now += rng.randint(1, 1_000)
+        elif step < 0.99:
+            now += rng.randint(1_000, 50_000)
+        elif step < 0.999:
+            now -= rng.randint(1, 100)  # the clock stepped back
+        else:
+            now += rng.randint(2_000_000, 6_000_000)  # most or all of the log expires
+        atomic = rng.random() < 0.1
+        ops: list[wire.Op] = []
+        for _ in range(2 if atomic else rng.choice((1, 1, 1, 2))):
+            key = rng.choice(("a", "a", "b"))
+            kind = rng.random()
+            cost = rng.choice((0, 1, 1, 1, 1, 2, 3))
+            if atomic or kind < 0.85:
+                ops.append((wire.DECIDE, plan, key, cost, None, None))
+            elif kind < 0.95:
+                ops.append((wire.PEEK, plan, key, cost, None, None))
+            else:
+                ops.append((wire.REFUND, plan, key, rng.choice((1, 1, 2, 5, 5, 40, 70)), None, None))
+        out.append((now, atomic, ops))
+    return out
+
+
+@pytest.mark.parametrize("limits", sorted(RULES))
+@pytest.mark.parametrize("seed", [1, 2])
+def test_long_logs_decide_as_the_reference(store: PostgresStore, schema: str, limits: str, seed: int) -> None:
+    plan = Rule(f"long-{limits}", RULES[limits], "sliding_window_log").plan
+    rng = random.Random(f"long-{limits}-{seed}")
+    model = Model()
+    most = 0
+    for i, (now, atomic, ops) in enumerate(long_trace(rng, plan, 1500)):
+        expected = model.run(now, atomic, ops)
+        actual = store.decide_ops(ops, now=now, atomic=atomic)
+        assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
+        if i % 50 == 0:
+            most = max(most, len(segments(schema)))
+    assert most >= 4  # the windows did start inside sealed segments
+
+
+def test_async_long_log_decides_as_the_reference(pg_url: str, schema: str) -> None:
+    plan = Rule("long-async", RULES["two"], "sliding_window_log").plan
+
+    async def main() -> None:
+        store = AsyncPostgresStore(pg_url)
+        try:
+            rng = random.Random("long-async")
+            model = Model()
+            for i, (now, atomic, ops) in enumerate(long_trace(rng, plan, 800)):
+                expected = model.run(now, atomic, ops)
+                actual = await store.decide_ops(ops, now=now, atomic=atomic)
+                assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
+    assert segments(schema)  # the log ended long enough to hold sealed segments
+
+
+def fill(store: PostgresStore, plan: Any, key: str, entries: int, step: int = 1_000) -> int:
+    """Admit ``entries`` calls of cost 1, ``step`` µs apart from T0; the time of the last one."""
+    now = T0
+    for i in range(entries):
+        now = T0 + i * step
+        assert store.decide(Op.decide(plan, key, 1), now=now)
+    return now
+
+
+def test_a_denial_whose_retry_lies_in_the_oldest_segment(store: PostgresStore, schema: str) -> None:
+    plan = Rule("retry", ["100/10s"], "sliding_window_log").plan
+    fill(store, plan, "k", 100)
+    assert len(segments(schema)) == 3  # entries 1..96 sealed, 4 in the head
+    now = T0 + 5_000_000
+    decision = store.decide(Op.decide(plan, "k", 5), now=now)
+    # Five entries must expire: the fifth (admitted at T0 + 4 ms, in the first segment) frees them.
+    assert (decision.allowed, decision.retry_after) == (False, (T0 + 4_000 + 10_000_000 - now) / 1e6)
+    model = Model()
+    for i in range(100):
+        model.run(T0 + i * 1_000, False, [(wire.DECIDE, plan, "k", 1, None, None)])
+    assert model.run(now, False, [(wire.DECIDE, plan, "k", 5, None, None)]) == [decision]
+
+
+def test_a_window_starting_inside_a_segment_counts_from_there(store: PostgresStore, schema: str) -> None:
+    plan = Rule("window", ["1000/10s", "50/50ms"], "sliding_window_log").plan
+    last = fill(store, plan, "k", 200, step=2_000)  # the short window holds 25 entries, from inside a segment
+    decision = store.decide(Op.peek(plan, "k", 0), now=last + 1)
+    assert [s.remaining for s in decision.limits] == [1000 - 200, 50 - 25]
+
+
+def test_a_refund_pulls_the_newest_segment_back_into_the_head(store: PostgresStore, schema: str) -> None:
+    plan = Rule("pull", ["1000/1h"], "sliding_window_log").plan
+    last = fill(store, plan, "k", 2 * SEGMENT + 6)
+    key = wire.storage_key("", plan, "k")
+    assert [s[1] for s in segments(schema, key)] == [SEGMENT, 2 * SEGMENT]
+    store.refund(Op.refund(plan, "k", 20), now=last)  # the cut lies in the second segment
+    assert [s[1] for s in segments(schema, key)] == [SEGMENT]
+    decision = store.decide(Op.decide(plan, "k", 1), now=last + 1)
+    assert decision.remaining == 1000 - (2 * SEGMENT + 6 - 20) - 1
+    store.refund(Op.refund(plan, "k", 10**6), now=last + 2)  # everything back: whole
+    assert state_rows(schema) == []
+    assert segments(schema) == []
+
+
+def test_reset_deletes_the_logs_segments(store: PostgresStore, schema: str) -> None:
+    plan = Rule("reset", ["500/1h"], "sliding_window_log").plan
+    fill(store, plan, "k", 3 * SEGMENT)
+    fill(store, plan, "other", SEGMENT + 1)
+    store.reset(plan, "k")
+    assert [s[0] for s in segments(schema)] == [wire.storage_key("", plan, "other")]
+    assert store.decide(Op.peek(plan, "k", 1), now=T0).remaining == 499
+
+
+def test_the_sweep_deletes_the_segments_of_the_rows_it_deletes(store: PostgresStore, schema: str) -> None:
+    plan = Rule("sweep", ["500/1h"], "sliding_window_log").plan
+    fill(store, plan, "old", 2 * SEGMENT)
+    fill(store, plan, "live", 2 * SEGMENT)
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f"UPDATE {schema}.state SET expires_at = 0 WHERE key = %s", (wire.storage_key("", plan, "old"),))
+    assert store.sweep() == 1
+    assert {s[0] for s in segments(schema)} == {wire.storage_key("", plan, "live")}
+
+
+def test_segments_whose_entries_expired_are_deleted_as_the_window_passes(store: PostgresStore, schema: str) -> None:
+    plan = Rule("expire", ["1000/100ms"], "sliding_window_log").plan
+    fill(store, plan, "k", 10 * SEGMENT, step=1_000)  # 320 entries 1 ms apart, 100 in the window
+    kept = segments(schema)
+    assert 3 <= len(kept) <= 5  # about 100 ms of entries, not 320
+    assert kept[0][2] > T0 + (10 * SEGMENT - 1) * 1_000 - 100_000 - SEGMENT * 1_000
+
+
+def test_a_refused_atomic_call_writes_no_segment(store: PostgresStore, schema: str) -> None:
+    log = Rule("atomic-log", ["500/1h"], "sliding_window_log").plan
+    tight = Rule("atomic-tight", ["1/1h"], "fixed_window").plan
+    last = fill(store, log, "k", SEGMENT - 1)  # the next charge fills the head: it would seal a segment
+    assert store.decide(Op.decide(tight, "k", 1), now=last)
+    before = (segments(schema), state_rows(schema))
+    decisions = store.decide_ops(
+        [(wire.DECIDE, log, "k", 1, None, None), (wire.DECIDE, tight, "k", 1, None, None)], now=last + 1, atomic=True
+    )
+    assert [d.allowed for d in decisions if d is not None] == [True, False]
+    assert (segments(schema), state_rows(schema)) == before
+    assert store.decide(Op.decide(log, "k", 1), now=last + 2)
+    assert len(segments(schema)) == 1
+
+
+def test_a_log_in_the_old_layout_is_read_and_converted(store: PostgresStore, schema: str) -> None:
+    """A state written before segments ((time, cost) pairs) decides as the same entries do,
+    and its next charge writes it in segments."""
+    plan = Rule("old", ["1000/1h", "30/10ms"], "sliding_window_log").plan
+    key = wire.storage_key("", plan, "k")
+    times = [T0 + i * 100 for i in range(150)]
+    costs = [1 + i % 3 for i in range(150)]
+    store.decide(Op.peek(plan, "warm", 1), now=T0)  # installs the schema
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        pairs = [v for t, c in zip(times, costs, strict=True) for v in (t, c)]
+        conn.execute(
+            f"INSERT INTO {schema}.state (key, state, expires_at) VALUES (%s, %s::numeric[], %s)",
+            (key, pairs, 2**62),
+        )
+    totals = [sum(costs[: i + 1]) for i in range(150)]
+    model = Model()
+    model.states[key] = (0, list(times), totals, 0, 150)
+    now = times[-1]
+    for i, cost in enumerate([0, 1, 5, 2, 1, 40, 1]):
+        now += 2_000
+        ops: list[wire.Op] = [(wire.DECIDE, plan, "k", cost, None, None)]
+        assert model.run(now, False, ops) == store.decide_ops(ops, now=now), i
+    assert len(segments(schema, key)) == 150 // SEGMENT
+
+
+def test_threads_on_one_long_log_admit_exactly_the_limit(pg_url: str, schema: str) -> None:
+    plan = Rule("hammer", ["300/1h"], "sliding_window_log").plan
+    admitted: list[int] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        store = PostgresStore(pg_url, max_size=1)
+        try:
+            mine = sum(bool(store.decide(Op.decide(plan, "hot", 1))) for _ in range(60))
+        finally:
+            store.close()
+        with lock:
+            admitted.append(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(admitted) == 300
+    assert len(segments(schema)) == 300 // SEGMENT
