@@ -557,3 +557,52 @@ def test_quota_lookup_cancelled_with_its_loop_is_not_pending_forever() -> None:
 
     asyncio.run(once())  # the lookup task is cancelled when the loop shuts down
     assert quota.wait_idle(timeout=0.5), f"lookup still pending: {quota._pending}"
+
+
+def test_a_quota_dropped_without_close_stops_its_background_loop() -> None:
+    """A rules file reloaded replaces its quotas without closing them: a dropped quota whose
+    async provider ran on its own loop stops that loop's thread when collected (else every
+    reload would leave one more thread running)."""
+    clock = FakeClock()
+    provider = Provider()
+    quota = Quota(provider.asynchronous, clock=clock)
+    Limiter(clock=clock).try_acquire(Rule("api", "2/hour", quota=quota), "k")
+    assert quota.wait_idle(3)
+    thread = quota._loop_thread
+    assert thread is not None and thread.is_alive()
+    del quota
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()
+
+
+def test_reloading_a_rules_file_with_async_quotas_leaves_no_thread_behind(tmp_path: Any) -> None:
+    from ratekeeper.config.model import RuleSet
+    from ratekeeper.config.watcher import RulesWatcher
+
+    (tmp_path / "quota_provider_for_reload.py").write_text("async def lookup(key):\n    return ['5/s']\n")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n  - name: api\n    key: '{client_ip}'\n    limits: ['10/s']\n"
+        "    quota: quota_provider_for_reload:lookup\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        watcher = RulesWatcher(rules)
+        limiter = Limiter()
+        before = {t for t in threading.enumerate() if t.name == "ratekeeper-quota-loop"}
+        for i in range(5):
+            current = watcher.current
+            assert isinstance(current, RuleSet)
+            rule = current.rules[0].rule
+            limiter.try_acquire(rule, f"k{i}")
+            assert rule.quota is not None and rule.quota.wait_idle(3)
+            del current, rule
+            assert watcher.reload()
+        gc.collect()
+        loops = {t for t in threading.enumerate() if t.name == "ratekeeper-quota-loop"} - before
+        for thread in loops:
+            thread.join(5)
+        assert [t for t in loops if t.is_alive()] == []
+    finally:
+        sys.path.remove(str(tmp_path))

@@ -21,6 +21,7 @@ import asyncio
 import inspect
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -107,6 +108,7 @@ class Quota:
         self._executor: ThreadPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
+        self._stop_loop: Callable[[], Any] | None = None
         self.errors = 0
         self.fetches = 0
         self.skipped = 0
@@ -180,9 +182,13 @@ class Quota:
     def _background_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             loop = asyncio.new_event_loop()
-            thread = threading.Thread(target=loop.run_forever, name="ratekeeper-quota-loop", daemon=True)
+            thread = threading.Thread(target=_run_loop, args=(loop,), name="ratekeeper-quota-loop", daemon=True)
             thread.start()
             self._loop, self._loop_thread = loop, thread
+            # A quota dropped without close() (its rules replaced by a reload of the rules
+            # file) stops its loop when it is collected; else every reload would leave a
+            # thread running for good. Nothing the loop runs holds the quota once idle.
+            self._stop_loop = weakref.finalize(self, _stop_loop, loop, thread)
         return self._loop
 
     def _fetch_sync(self, key: str) -> None:
@@ -263,12 +269,27 @@ class Quota:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
-        loop, thread = self._loop, self._loop_thread
-        if loop is not None and thread is not None:
-            loop.call_soon_threadsafe(loop.stop)
-            thread.join(timeout=5)
-            loop.close()
-            self._loop = self._loop_thread = None
+        stop = self._stop_loop
+        if stop is not None:
+            stop()
+            self._loop = self._loop_thread = self._stop_loop = None
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """A quota's background loop, closed by its own thread once stopped."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop a quota's background loop and wait for its thread (unless this is that thread:
+    a collection may run there; the loop then stops once this callback returns)."""
+    if not loop.is_closed():
+        loop.call_soon_threadsafe(loop.stop)
+    if thread is not threading.current_thread():
+        thread.join(timeout=5)
 
 
 async def _await(answer: Awaitable[QuotaAnswer]) -> QuotaAnswer:
