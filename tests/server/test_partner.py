@@ -1,4 +1,4 @@
-"""The partner scenario over both transports, on the memory store and on Redis: ten
+"""The partner scenario over both transports, on the memory store, Redis and PostgreSQL: ten
 concurrent checks of one key at 1/3s admit exactly one, and the refusals charge nothing."""
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ import pytest
 from .clients import OK, OVER_LIMIT, descriptor, envoy_request, many_grpc, many_http
 from .conftest import REDIS_URL, Served
 
-STORES = [pytest.param("memory://", id="memory"), pytest.param(REDIS_URL, id="redis", marks=pytest.mark.redis)]
+POSTGRES_URL = "postgresql://postgres@127.0.0.1:5432/test"
+STORES = [
+    pytest.param("memory://", id="memory"),
+    pytest.param(REDIS_URL, id="redis", marks=pytest.mark.redis),
+    pytest.param(POSTGRES_URL, id="postgres", marks=pytest.mark.postgres),
+]
 
 
 def rules_for(uid: str) -> list[str]:
@@ -32,8 +37,12 @@ descriptors:
 
 @pytest.mark.parametrize("store", STORES)
 def test_ten_concurrent_checks_at_1_per_3s_admit_exactly_one(
-    serve: Callable[..., Served], uid: str, store: str
+    serve: Callable[..., Served], uid: str, store: str, request: pytest.FixtureRequest
 ) -> None:
+    if store == POSTGRES_URL:  # a schema of this test's own, dropped at the end
+        schema = f"rk_partner_{uid}"
+        request.addfinalizer(lambda: _drop_schema(schema))
+        store = f"{POSTGRES_URL}?schema={schema}"
     served = serve(rules=rules_for(uid), store=store)
 
     bodies = [{"rule": f"{uid}.partner", "key": "alice", "cost": 1}] * 10
@@ -58,3 +67,10 @@ def test_ten_concurrent_checks_at_1_per_3s_admit_exactly_one(
     other = asyncio.run(many_http(served.url, "/v1/check", [{"rule": f"{uid}.partner", "key": "bob"}]))
     assert 200 == other[0].status_code
     assert served.stop() == 0
+
+
+def _drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
