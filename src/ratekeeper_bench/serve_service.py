@@ -12,15 +12,13 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from ratekeeper_bench.web_apps.servers import HOST, free_port, tree_cpu_seconds
+from ratekeeper_bench.process import HOST, ProcessError, ServerProcess, free_port
 
 __all__ = ["OPEN_LIMIT", "Names", "Service", "ServiceError", "rules_files"]
 
@@ -31,7 +29,7 @@ START_TIMEOUT = 30.0
 """Seconds the service may take to answer ``/healthz`` (imports on a busy machine)."""
 
 
-class ServiceError(RuntimeError):
+class ServiceError(ProcessError):
     """The service did not start, or answered what it should not have."""
 
 
@@ -83,47 +81,32 @@ def rules_files(names: Names, directory: Path) -> list[Path]:
     return [native, envoy]
 
 
-class Service:
+class Service(ServerProcess):
     """One ``ratekeeper serve`` process; ``start``, ``wait_ready``, ``stop``."""
 
+    error = ServiceError
+    stop_timeout = 15.0
+
     def __init__(self, store: str, rules: list[Path], log_path: Path, *, cpu: int | None = None) -> None:
+        super().__init__(log_path, cpu=cpu)
         self.store = store
         self.rules = rules
         self.http_port = free_port()
         self.grpc_port = free_port()
-        self.cpu = cpu
-        self.log_path = log_path
-        self._log: IO[bytes] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
 
     @property
     def grpc_target(self) -> str:
         return f"{HOST}:{self.grpc_port}"
 
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise ServiceError("the service is not running")
-        return self._process.pid
-
     def command(self) -> list[str]:
         command = [sys.executable, "-m", "ratekeeper", "serve", "--store", self.store]
         for path in self.rules:
             command += ["--rules", str(path)]
-        command += ["--host", HOST, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
-        return ["taskset", "-c", str(self.cpu), *command] if self.cpu is not None else command
+        return [*command, "--host", HOST, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
 
     def start(self) -> None:
         """Start the process (without waiting for it: see ``wait_ready``)."""
-        self._log = self.log_path.open("wb")
-        self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT)
-
-    def log_tail(self, lines: int = 10) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+        self.spawn(self.command())
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         """One request on a fresh connection: the status and the JSON answer."""
@@ -142,7 +125,7 @@ class Service:
         deadline = time.monotonic() + timeout
         status = 0
         while True:
-            if self._process is None or self._process.poll() is not None:
+            if self.exited():
                 raise ServiceError(f"ratekeeper serve --store {self.store} exited: {self.log_tail()}")
             with contextlib.suppress(OSError):  # not listening yet
                 status, _ = self.request("GET", "/readyz")
@@ -152,9 +135,6 @@ class Service:
                 raise ServiceError(f"ratekeeper serve did not get ready within {timeout:g} s: {self.log_tail()}")
             time.sleep(0.05)
 
-    def cpu_seconds(self) -> float:
-        return tree_cpu_seconds(self.pid)
-
     def runqueue_seconds(self) -> float:
         """Seconds the service's main thread (its event loop) spent runnable but waiting for
         a CPU (the second field of ``/proc/PID/schedstat``): time another process held its
@@ -163,16 +143,3 @@ class Service:
             return int(Path(f"/proc/{self.pid}/schedstat").read_text().split()[1]) / 1e9
         except (OSError, ValueError, IndexError):
             return 0.0
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None

@@ -12,26 +12,21 @@ from __future__ import annotations
 
 import http.client
 import os
-import random
-import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Self
 
+from ratekeeper_bench.process import HOST, ProcessError, ServerProcess, free_port, tree_cpu_seconds
 from ratekeeper_bench.web_apps import PATH, AppConfig
 
 __all__ = ["FRAMEWORKS", "HOST", "Framework", "Server", "ServerError", "free_port", "tree_cpu_seconds"]
 
-HOST = "127.0.0.1"
 START_TIMEOUT = 30.0
 """Seconds a server may take to answer its first request (imports on a busy machine)."""
 
 
-class ServerError(RuntimeError):
+class ServerError(ProcessError):
     """A server did not start, or stopped answering."""
 
 
@@ -68,99 +63,27 @@ FRAMEWORKS: dict[str, Framework] = {
 }
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now, outside the ephemeral range when it can be.
-
-    A port that the kernel hands out for outgoing connections (port 0 comes from that
-    range) can be taken by one, a Redis client's say, between this check and the
-    server's bind; ports below the range are never taken that way.
-    """
-    low, high = _ephemeral_range()
-    candidates = range(20_000, low) if low > 21_000 else range(high + 1, 65_536)
-    for _ in range(100):
-        port = random.choice(candidates) if len(candidates) else 0
-        with socket.socket() as s:
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` and all its descendants (from ``/proc``).
-
-    A gunicorn master's work is done by its worker, a child: the tree counts both.
-    Processes that vanish while being read are skipped.
-    """
-    ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    pending = [pid]
-    seen: set[int] = set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        try:
-            stat = Path(f"/proc/{current}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15 of stat(5)
-            for task in Path(f"/proc/{current}/task").iterdir():
-                pending += [int(child) for child in (task / "children").read_text().split()]
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / ticks
-
-
-class Server:
+class Server(ServerProcess):
     """One server process for one ``AppConfig``; a context manager that stops it on exit."""
+
+    error = ServerError
 
     def __init__(self, framework: Framework, config: AppConfig, log_dir: Path, *, cpu: int | None = None) -> None:
         self.framework = framework
         self.config = config
         self.port = free_port()
-        self.cpu = cpu
-        self.log_path = log_dir / f"{framework.name}-{config.variant}-{self.port}.log"
-        self._log: IO[bytes] | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        super().__init__(log_dir / f"{framework.name}-{config.variant}-{self.port}.log", cpu=cpu)
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}{PATH}"
 
-    @property
-    def pid(self) -> int:
-        if self._process is None:
-            raise ServerError("the server is not running")
-        return self._process.pid
-
     def start(self) -> None:
         """Start the process (without waiting for it: see ``wait_ready``)."""
-        command = self.framework.command(self.port)
-        if self.cpu is not None:
-            command = ["taskset", "-c", str(self.cpu), *command]
-        env = {**os.environ, **self.config.to_env(), "PYTHONUNBUFFERED": "1"}
-        self._log = self.log_path.open("wb")
-        self._process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        self.spawn(self.framework.command(self.port), {**os.environ, **self.config.to_env(), "PYTHONUNBUFFERED": "1"})
 
     def log_tail(self, lines: int = 15) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+        return super().log_tail(lines)
 
     def get(self, timeout: float = 10.0) -> int:
         """One GET of the endpoint on a fresh connection: its status."""
@@ -181,7 +104,7 @@ class Server:
         """
         deadline = time.monotonic() + timeout
         while True:
-            if self._process is None or self._process.poll() is not None:
+            if self.exited():
                 tail = self.log_tail()
                 if attempts > 1 and "in use" in tail.lower():
                     self.stop()
@@ -203,26 +126,3 @@ class Server:
     def probe(self, requests: int = 3) -> tuple[int, ...]:
         """The statuses of ``requests`` GETs, one after another."""
         return tuple(self.get() for _ in range(requests))
-
-    def cpu_seconds(self) -> float:
-        return tree_cpu_seconds(self.pid)
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
