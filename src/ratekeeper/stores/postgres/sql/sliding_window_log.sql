@@ -215,7 +215,7 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.@table@_log_flush(lkey text, st numeric[]) RETURNS numeric[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    SEGMENT CONSTANT int := 32;
+    SEGMENT CONSTANT int := 64;
     INT_MAX CONSTANT bigint := 2147483647;
     len int := coalesce(array_length(st, 1), 0);
     n int := (len - 5) / 2;
