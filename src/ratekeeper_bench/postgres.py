@@ -22,9 +22,12 @@ Then the sliding log by length (``--no-log-lengths`` skips it): one thread on on
 connection, ratekeeper's sliding log held at 10, 600 and 10,000 live entries
 (``LOG_LENGTHS``: a limit of L per L ms and one call per ms of the call's own time, so each
 call expires one entry and appends one), for ``LOG_DURATION`` seconds each; reported:
-decisions/s, the rate over the 10-entry log's, and the server's time per call (the
+decisions/s, the rate over the 10-entry log's, the server's time per call (the
 ``Execution Time`` of ``EXPLAIN ANALYZE`` of the store's own statement, averaged over
-``LOG_EXPLAINS`` calls that continue the same log).
+``LOG_EXPLAINS`` calls that continue the same log), and the bytes per entry (each length
+has a state table of its own: ``pg_total_relation_size`` of it and of its segment table,
+heap, indexes and TOAST, after ``VACUUM FULL``, over the log's length; at 10 entries the
+pages' fixed size dominates).
 
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
 (``python -m ratekeeper_bench.postgres``). Progress goes to standard error, the tables
@@ -116,11 +119,12 @@ class Cell:
 
 @dataclass(frozen=True, slots=True)
 class LogCell:
-    """The sliding log held at ``length`` entries: sync rate and server ms per call."""
+    """The sliding log held at ``length`` entries: sync rate, server ms per call, bytes per entry."""
 
     length: int
     sample: Sample
     server_ms: float
+    bytes_per_entry: float
 
     @property
     def rate(self) -> float:
@@ -215,7 +219,8 @@ def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
     from ratekeeper import Limit, Limiter, Rule
     from ratekeeper.op import Op
 
-    limiter = Limiter(settings.url, schema=schema, min_size=1, max_size=1)
+    table = f"log{length}"
+    limiter = Limiter(settings.url, schema=schema, table=table, min_size=1, max_size=1)
     try:
         store: Any = limiter.store
         plan = Rule(f"log{length}", [Limit(length, length * LOG_STEP_US / 1e6)], algorithm="sliding_window_log").plan
@@ -232,7 +237,12 @@ def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
                 sql, params = store.core.call([op], next(clock))
                 plan_json = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
                 total_ms += float(plan_json[0]["Execution Time"])
-        return LogCell(length, sample, total_ms / LOG_EXPLAINS)
+            size = 0
+            for name in (f"{schema}.{table}", f"{schema}.{table}_log"):  # the segments, where they exist
+                if conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None:
+                    conn.execute(f"VACUUM FULL {name}")
+                    size += int(conn.execute("SELECT pg_total_relation_size(%s)", (name,)).fetchone()[0])
+        return LogCell(length, sample, total_ms / LOG_EXPLAINS, size / length)
     finally:
         limiter.close()
 
@@ -294,7 +304,7 @@ def run_postgres_bench(
                 result.logs.append(log)
                 summary = (
                     f"{report.format_rate(log.rate)} decisions/s, server {log.server_ms:.3f} ms per call, "
-                    f"{log.sample.calls - log.sample.allowed} not admitted"
+                    f"{log.bytes_per_entry:.1f} bytes per entry, {log.sample.calls - log.sample.allowed} not admitted"
                 )
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
                 result.failures.append((label, describe(exc)))
@@ -393,17 +403,20 @@ def render_markdown(result: PostgresBenchResult) -> str:
             "",
             f"ratekeeper's sliding log held at L entries: a limit of L per L ms, one call per ms of the call's own "
             f"time (`store.decide(op, now)`), {s.log_duration:g} s per cell. *server ms*: `Execution Time` of "
-            f"`EXPLAIN ANALYZE` of the store's statement, the mean of {LOG_EXPLAINS} calls continuing the log.",
+            f"`EXPLAIN ANALYZE` of the store's statement, the mean of {LOG_EXPLAINS} calls continuing the log. "
+            "*bytes per entry*: `pg_total_relation_size` of the length's own tables (state and segments, after "
+            "`VACUUM FULL`) over the length (at 10 entries, mostly the pages' fixed size).",
             "",
-            "| entries | decisions/s | × the shortest | p50 ms | p99 ms | server ms per call | not admitted |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| entries | decisions/s | × the shortest | p50 ms | p99 ms | server ms per call | bytes per entry | "
+            "not admitted |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for log in result.logs:
             sample = log.sample
             out.append(
                 f"| {log.length:,} | {report.format_rate(log.rate)} | {_times(log.rate, short.rate)} | "
                 f"{sample.p50_us / 1000:.2f} | {sample.p99_us / 1000:.2f} | {log.server_ms:.3f} | "
-                f"{sample.calls - sample.allowed} |"
+                f"{log.bytes_per_entry:.1f} | {sample.calls - sample.allowed} |"
             )
         out.append("")
     out += ["What each row runs:", ""]
