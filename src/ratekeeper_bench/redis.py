@@ -24,9 +24,11 @@ prefix; never ``FLUSHDB``, never ``KEYS``). Four parts:
    ``--cost-on-url``), sync: every ratekeeper algorithm with one limit (one hot key),
    the sliding log with two limits, and the sliding log held at 10, 600 and 10,000 live
    entries (``LOG_LENGTHS``: a limit of L per L ms and one call per ms of the call's own
-   time, so each call expires one entry and appends one), next to ``EVALSHA`` of
-   ``return 1``. Reported: decisions/s and the server's µs per ``EVALSHA``
-   (``INFO commandstats``, the change over the cell), each over the floor's.
+   time, so each call expires one entry and appends one), next to the floors: ``EVALSHA``
+   of ``return 1`` and ``FCALL`` of a function returning 1. Reported: decisions/s and the
+   server's µs per call of the command each decision ran (``FCALL`` of the store's
+   library, or ``EVALSHA`` on a server without Functions; ``INFO commandstats``, the
+   change over the cell), each over the floor of the same command.
 5. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
    error.
 
@@ -110,6 +112,11 @@ LOG_LENGTHS = (10, 600, 10_000)
 LOG_STEP_US = 1000
 """The sliding log cells: a limit of L per L x LOG_STEP_US µs, one call per LOG_STEP_US µs."""
 
+FLOOR_FUNCTION = "ratekeeper_bench_floor"
+FLOOR_LIBRARY = f"#!lua name={FLOOR_FUNCTION}\nredis.register_function('{FLOOR_FUNCTION}', function() return 1 end)"
+"""The ``FCALL`` floor: a library whose one function returns 1."""
+
+
 SCENARIOS = ("hot_key", "many_keys")
 MODES = ("sync", "async")
 WARM_CALLS = 20
@@ -149,7 +156,7 @@ class HammerCell:
 
 @dataclass(frozen=True, slots=True)
 class CostCell:
-    """One subject of the server-cost part: sync rate and the server's µs per ``EVALSHA``."""
+    """One subject of the server-cost part: sync rate and the server's µs per call."""
 
     subject: str
     rate: float
@@ -157,6 +164,8 @@ class CostCell:
     calls: int
     errors: int = 0
     denied: int = 0
+    command: str = "EVALSHA"
+    """The command whose server time was measured (``FCALL`` or ``EVALSHA``)."""
 
 
 @dataclass(slots=True)
@@ -327,28 +336,42 @@ def cleanup(url: str, prefix: str) -> int:
     return deleted
 
 
-def _evalsha_stats(client: Any) -> tuple[int, int]:
-    """(calls, µs) of ``EVALSHA`` so far, from ``INFO commandstats``."""
-    stats = client.info("commandstats").get("cmdstat_evalsha", {})
-    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+SCRIPT_COMMANDS = ("fcall", "evalsha")
+"""The commands a decision may be (``FCALL`` of the library, ``EVALSHA`` where the server
+has no Functions): the cost part counts whichever ran."""
+
+
+def _script_stats(client: Any) -> dict[str, tuple[int, int]]:
+    """(calls, µs) so far of each of ``SCRIPT_COMMANDS``, from ``INFO commandstats``."""
+    stats = client.info("commandstats")
+    out = {}
+    for command in SCRIPT_COMMANDS:
+        found = stats.get(f"cmdstat_{command}", {})
+        out[command] = (int(found.get("calls", 0)), int(found.get("usec", 0)))
+    return out
 
 
 def _cost_cell(client: Any, subject: str, decide: Any, duration: float) -> CostCell:
     """``decide()`` back to back for ``duration`` s after a warm-up; the server's µs per
-    ``EVALSHA`` over the cell (the change of ``INFO commandstats``)."""
+    call of the command it sent (``FCALL`` or ``EVALSHA``: the change of ``INFO
+    commandstats`` over the cell)."""
     for _ in range(WARM_CALLS):
         decide("warm")
-    calls0, usec0 = _evalsha_stats(client)
+    before = _script_stats(client)
     sample = time_sync(decide, itertools.repeat("k"), duration)
-    calls1, usec1 = _evalsha_stats(client)
-    calls = calls1 - calls0
+    after = _script_stats(client)
+    # the command that ran: the one with the most calls over the cell
+    command = max(SCRIPT_COMMANDS, key=lambda c: after[c][0] - before[c][0])
+    calls = after[command][0] - before[command][0]
+    usec = after[command][1] - before[command][1]
     return CostCell(
         subject,
         sample.rate,
-        (usec1 - usec0) / calls if calls > 0 else 0.0,
+        usec / calls if calls > 0 else 0.0,
         calls,
         sample.errors,
         sample.calls - sample.allowed - sample.errors,
+        command.upper(),
     )
 
 
@@ -365,6 +388,19 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any]]:
     out: list[tuple[str, Any, Any]] = [
         ("redis-py `EVALSHA` of `return 1`", lambda key: client.evalsha(sha, 1, prefix + key) == 1, client.close)
     ]
+    fclient: Any = redis.Redis.from_url(url, single_connection_client=True)
+    try:
+        fclient.function_load(FLOOR_LIBRARY, replace=True)
+    except redis.ResponseError:  # a server without Functions: the EVALSHA floor only
+        fclient.close()
+    else:
+        out.append(
+            (
+                "redis-py `FCALL` of `return 1`",
+                lambda key: fclient.fcall(FLOOR_FUNCTION, 1, prefix + key) == 1,
+                fclient.close,
+            )
+        )
 
     def limiter_cell(label: str, rule: Rule) -> tuple[str, Any, Any]:
         limiter = Limiter(url, prefix=f"{prefix}{len(out)}:")
@@ -458,7 +494,7 @@ def measure_costs(
             try:
                 cell = _cost_cell(client, label, decide, duration)
                 cells.append(cell)
-                summary = f"{report.format_rate(cell.rate)} decisions/s, {cell.usec_per_call:.2f} µs per EVALSHA"
+                summary = f"{report.format_rate(cell.rate)} decisions/s, {cell.usec_per_call:.2f} µs per {cell.command}"
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
                 failures.append((f"cost {label}", describe(exc)))
                 summary = "failed"
@@ -748,22 +784,25 @@ def render_markdown(result: RedisBenchResult) -> str:
 
 
 def render_costs(result: RedisBenchResult) -> list[str]:
-    """The server-cost table: rate and Redis µs per decision, each over the floor's."""
-    floor = result.costs[0]
+    """The server-cost table: rate and Redis µs per decision, each over the floor of the
+    command the decision ran (``FCALL`` or ``EVALSHA`` of ``return 1``)."""
+    floors = {c.command: c for c in result.costs if c.subject.startswith("redis-py")}
     out = [
         f"### Redis CPU per decision, and the sliding log by length (sync, one thread, on {result.cost_server})",
         "",
-        "Redis µs: `usec` over `calls` of `cmdstat_evalsha` in `INFO commandstats` across the cell (the "
-        "server's own time per script call). A sliding log *of L entries*: a limit of L per L ms and one call "
-        f"per ms of the call's own time (`store.decide(op, now)`), so each call expires one entry and appends "
-        f"one; the log was full before the cell started. Other rows: `Limiter.try_acquire` under {SPEC}.",
+        "Redis µs: `usec` over `calls` of the command each decision ran (`cmdstat_fcall`, or `cmdstat_evalsha` "
+        "on a server without Functions) in `INFO commandstats` across the cell (the server's own time per "
+        "call); *− floor*: over the same command returning 1. A sliding log *of L entries*: a limit of L per L ms "
+        "and one call per ms of the call's own time (`store.decide(op, now)`), so each call expires one entry "
+        f"and appends one; the log was full before the cell started. Other rows: `Limiter.try_acquire` under {SPEC}.",
         "",
-        "| subject | decisions/s | × floor | Redis µs per call | − floor µs | denied | errors |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| subject | command | decisions/s | × floor | Redis µs per call | − floor µs | denied | errors |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for cell in result.costs:
+        floor = floors.get(cell.command, result.costs[0])
         out.append(
-            f"| {cell.subject} | {report.format_rate(cell.rate)} | {_times(cell.rate, floor.rate)} | "
+            f"| {cell.subject} | {cell.command} | {report.format_rate(cell.rate)} | {_times(cell.rate, floor.rate)} | "
             f"{cell.usec_per_call:.2f} | {cell.usec_per_call - floor.usec_per_call:+.2f} | {cell.denied} | "
             f"{cell.errors} |"
         )

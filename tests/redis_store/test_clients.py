@@ -119,16 +119,17 @@ def test_cluster_coalesced_calls_fail_only_for_the_slot_that_failed(redis_cluste
     asyncio.run(run())
 
 
-def test_cluster_pipeline_reloads_the_script_on_the_one_node_that_lost_it(
+def test_cluster_pipeline_reloads_the_library_on_the_one_node_that_lost_it(
     redis_cluster: Any, cluster_store: RedisStore
 ) -> None:
-    """SCRIPT FLUSH on one master: the pipeline's call to it meets NOSCRIPT, loads the
-    script there and decides; the callers never see it."""
+    """FUNCTION FLUSH on one master (as a restart or a new node would leave it): the
+    pipeline's call to it meets "Function not found", loads the library there and
+    decides; the callers never see it."""
     plan = Rule("noscript-cluster", ["5/hour"], algorithm="gcra").plan
     keys = _keys_on_distinct_slots(cluster_store, plan, 3)
     assert all(d.allowed for d in cluster_store.decide_many([Op.decide(plan, k, 1) for k in keys], EPOCH_US))
     flushed = redis.Redis(port=redis_cluster.nodes[1].port)
-    flushed.script_flush()
+    flushed.function_flush()
     flushed.close()
     again = cluster_store.decide_many([Op.decide(plan, k, 1) for k in keys], EPOCH_US)
     assert [d.remaining for d in again] == [3, 3, 3]
@@ -282,7 +283,7 @@ def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisSto
 def test_async_connections_pack_with_hiredis_and_keep_redis_py_rules(redis_server: RedisServer) -> None:
     """The asyncio store's connections pack commands with hiredis (redis-py's asyncio
     packer cost 45 % of a coalesced call): a command name with a space ("SCRIPT LOAD", on
-    NOSCRIPT) still splits, and an argument it cannot send is redis-py's DataError."""
+    NOSCRIPT where Functions are not to be had) still splits, and an argument it cannot send is redis-py's DataError."""
 
     async def run() -> None:
         store = AsyncRedisStore(redis_server.url, prefix="rk:")
@@ -291,7 +292,7 @@ def test_async_connections_pack_with_hiredis_and_keep_redis_py_rules(redis_serve
         assert packed == b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\nreturn 1\r\n"
         with pytest.raises(redis.DataError):
             connection.pack_command("SET", "k", object())
-        await store.client.script_flush()  # a private server: the next call meets NOSCRIPT, loads the script
+        await store.client.function_flush()  # a private server: the next call loads the library again
         assert (await store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)).remaining == 999
         await store.aclose()
 

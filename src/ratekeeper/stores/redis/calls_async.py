@@ -1,4 +1,4 @@
-"""What the asyncio Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.
+"""What the asyncio Redis store sends and how: FCALL or EVALSHA, pipelines, loading, errors.
 
 The source of ``redis_calls.py``: ``tools/unasync.py`` writes the blocking twin from it,
 and a test fails when the two differ. Edit this one, then run ``python tools/unasync.py``.
@@ -13,8 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores import wire
-from ratekeeper.stores.redis.sansio import Call, RedisCore, reclaim_connections, store_errors, translate
-from ratekeeper.stores.redis.script import Script, script_of
+from ratekeeper.stores.redis.sansio import (
+    Call,
+    RedisCore,
+    function_missing,
+    no_functions,
+    not_run,
+    reclaim_connections,
+    store_errors,
+    translate,
+)
+from ratekeeper.stores.redis.script import LIBRARY, Script, script_of
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -30,10 +39,16 @@ class AsyncRedisCalls:
     def __init__(self, url: str, **options: Any) -> None:
         self.core = RedisCore(url, **options)
         self.client: Any = self.core.target.async_client(self.core.timeout, self.core.max_connections)
-        from redis.exceptions import NoScriptError
+        from redis.exceptions import NoScriptError, ResponseError
 
         self._errors = store_errors()
         self._noscript = NoScriptError
+        self._refused = ResponseError
+        self.functions: bool | None = None
+        """False once a call found that decisions must go by ``EVALSHA`` of each call's
+        script (a server without Functions, or an ACL that forbids them): decided once, then
+        remembered. Otherwise they go by ``FCALL`` of ``LIBRARY`` (True once this store
+        loaded it; None while it found it loaded)."""
         self._active = 0  # client calls under way (see _done)
         self._leaked = False
 
@@ -41,16 +56,20 @@ class AsyncRedisCalls:
         return await self._evalsha(call.script, call.keys, call.args, client)
 
     async def _evalsha(self, script: Script, keys: list[str], args: list[Any], client: Any = None) -> Any:
-        """One script call (on ``client``, else the store's client), loading the script on
-        NOSCRIPT; redis-py's errors translated."""
+        """One decision call (on ``client``, else the store's client): ``FCALL`` of the
+        library, or ``EVALSHA`` of ``script`` where the server has no Functions. A call that
+        did not run because the server lacks the library (a restart, a failover, a new
+        Cluster node) or the script loads it and is sent again; redis-py's errors translated."""
         c = self.client if client is None else client
         self._active += 1
         try:
-            try:
-                return await c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            except self._noscript:
-                await c.script_load(script.source)
-                return await c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            for _ in range(2):  # one recovery may lead to another: EVALSHA from now on, then NOSCRIPT
+                try:
+                    return await self._command(c, script, keys, args)
+                except self._refused as exc:
+                    if not await self._recover(exc, c, script, keys):
+                        raise
+            return await self._command(c, script, keys, args)
         except BaseException as exc:
             self._leaked = True
             if isinstance(exc, self._errors):
@@ -58,6 +77,55 @@ class AsyncRedisCalls:
             raise
         finally:
             self._done()
+
+    def _command(self, c: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """Send one decision call (the caller awaits what the asyncio client returns)."""
+        if self.functions is False:
+            return c.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        return c.execute_command("FCALL", LIBRARY.function, len(keys), *keys, *args)
+
+    async def _recover(self, exc: BaseException, c: Any, script: Script, keys: list[str]) -> bool:
+        """Whether the call refused with ``exc`` may be sent again, once what it lacked is
+        there: the script (NOSCRIPT), the library ("Function not found": loaded on the node
+        that owns the keys and, on a Cluster, on every other primary it can reach), or
+        ``EVALSHA`` instead of ``FCALL`` (the server has no Functions, or may not use them)."""
+        if isinstance(exc, self._noscript):
+            await c.script_load(script.source)
+            return True
+        if self.functions is False:
+            return False
+        if no_functions(exc):
+            self.functions = False
+            return True
+        if not function_missing(exc):
+            return False
+        try:
+            await self._load_library(c, keys[0])
+        except self._refused as load_exc:
+            if not no_functions(load_exc):
+                raise
+            self.functions = False
+        else:
+            self.functions = True
+        return True
+
+    async def _load_library(self, c: Any, key: str) -> None:
+        """``FUNCTION LOAD REPLACE`` of the library where ``key`` lives. On a Cluster redis-py
+        would send it to every primary and fail if one of them is down: it goes to the
+        key's node (which must take it), then to the other primaries (a failure there is
+        theirs: the next call they get loads it)."""
+        command = ("FUNCTION", "LOAD", "REPLACE", LIBRARY.source)
+        if not self.core.cluster:
+            await c.execute_command(*command)
+            return
+        owner = c.get_node_from_key(key)
+        await c.execute_command(*command, target_nodes=owner)
+        for node in c.get_primaries():
+            if node.name != owner.name:
+                try:
+                    await c.execute_command(*command, target_nodes=node)
+                except self._errors:  # that node loads it at its own first miss
+                    self._leaked = True  # (a failed connect may have lost a connection: see _done)
 
     def _done(self) -> None:
         """A client call ended. After a failure, once no call is under way, give redis-py's
@@ -79,9 +147,10 @@ class AsyncRedisCalls:
         try:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
-                pipe.execute_command(
-                    "EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args
-                )  # the sync ClusterPipeline blocks .evalsha()
+                if self.functions is False:  # the sync ClusterPipeline blocks .evalsha()
+                    pipe.execute_command("EVALSHA", call.script.sha, len(call.keys), *call.keys, *call.args)
+                else:
+                    pipe.execute_command("FCALL", LIBRARY.function, len(call.keys), *call.keys, *call.args)
             replies: list[Any] = await pipe.execute(raise_on_error=False)
         except BaseException as exc:
             self._leaked = True
@@ -91,9 +160,9 @@ class AsyncRedisCalls:
         finally:
             self._done()
         for i, reply in enumerate(replies):
-            if isinstance(reply, self._noscript):
+            if isinstance(reply, self._refused) and not_run(reply):
                 try:
-                    replies[i] = await self._eval(calls[i])  # the script did not run: safe to send again
+                    replies[i] = await self._eval(calls[i])  # the call did not run: safe to send again
                 except StoreError as exc:
                     replies[i] = exc
             elif isinstance(reply, BaseException):

@@ -29,12 +29,24 @@ from ratekeeper.stores.redis.url import RedisTarget, parse_redis_url
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["Call", "RedisCore", "reclaim_connections", "row", "store_down", "store_errors", "translate"]
+__all__ = [
+    "Call",
+    "RedisCore",
+    "function_missing",
+    "no_functions",
+    "not_run",
+    "reclaim_connections",
+    "row",
+    "store_down",
+    "store_errors",
+    "translate",
+]
 
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One EVALSHA: the positions of its ops in the caller's list, its keys, args and script."""
+    """One decision call (``FCALL``, or ``EVALSHA`` of ``script``): the positions of its ops
+    in the caller's list, its keys and args."""
 
     positions: tuple[int, ...]
     ops: Sequence[wire.Op]
@@ -121,6 +133,31 @@ def row(op: wire.Op) -> tuple[str, str]:
     """Which stored key ``op`` decides on: its plan's table (the rule's name, algorithm and
     scale, which the storage key's digest stands for) and its key."""
     return op[1].table, op[2]
+
+
+def function_missing(exc: BaseException) -> bool:
+    """Whether a refused ``FCALL`` says the server lacks the library (a restart without
+    persistence, a failover to a node that never had it, a new Cluster node)."""
+    return str(exc).startswith("Function not found")
+
+
+def no_functions(exc: BaseException) -> bool:
+    """Whether a refused ``FCALL`` or ``FUNCTION LOAD`` says this server (Redis < 7) or
+    this user (an ACL) has no Functions: decisions then go by ``EVALSHA``."""
+    import redis.exceptions as rexc
+
+    text = str(exc).lower()
+    if isinstance(exc, rexc.NoPermissionError):
+        return "'fcall'" in text or "'function" in text
+    return "unknown command" in text and ("fcall" in text or "function" in text)
+
+
+def not_run(exc: BaseException) -> bool:
+    """Whether a call refused with ``exc`` did not run, for want of its script or library
+    (or of Functions altogether): sending it again cannot charge twice."""
+    import redis.exceptions as rexc
+
+    return isinstance(exc, rexc.NoScriptError) or function_missing(exc) or no_functions(exc)
 
 
 def translate(exc: BaseException, what: str) -> StoreError:

@@ -82,7 +82,7 @@ class RedisTarget:
             )
         from redis.cluster import ClusterNode, RedisCluster
 
-        return RedisCluster(
+        client = RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in self.nodes],  # type: ignore[no-untyped-call]
             username=self.username,
             password=self.password,
@@ -92,6 +92,9 @@ class RedisTarget:
             max_connections=max_connections,
             retry=_no_retry(Retry),
         )
+        parser = client.commands_parser
+        parser.get_keys = _fcall_keys(parser.get_keys, sync=True)  # type: ignore[method-assign] # pipelines share it
+        return client
 
     def async_client(self, timeout: float, max_connections: int) -> Any:
         """The asyncio twin of ``sync_client``, with the same retries."""
@@ -151,7 +154,35 @@ class RedisTarget:
             retry=_no_retry(Retry),
         )
         cluster.nodes_manager.connection_kwargs["connection_class"] = packing  # the nodes it discovers
+        parser = cluster.commands_parser
+        parser.get_keys = _fcall_keys(parser.get_keys, sync=False)  # type: ignore[method-assign]
         return cluster
+
+
+def _fcall_keys(get_keys: Any, sync: bool) -> Any:
+    """redis-py's Cluster ``get_keys`` (which keys a command names, to route it to their
+    slot), reading an ``FCALL``'s keys from its ``numkeys`` as redis-py does for
+    ``EVALSHA``. redis-py asks the server (``COMMAND GETKEYS``, one more round trip per
+    call) for every command flagged ``movablekeys``, and ``FCALL`` is one."""
+
+    def keys(args: tuple[Any, ...]) -> tuple[Any, ...] | None:
+        if str(args[0]).upper() in ("FCALL", "FCALL_RO") and len(args) >= 3:
+            return tuple(args[3 : 3 + int(args[2])]) or None
+        return None
+
+    if sync:
+
+        def sync_keys(redis_conn: Any, *args: Any) -> Any:
+            found = keys(args)
+            return found if found is not None else get_keys(redis_conn, *args)
+
+        return sync_keys
+
+    async def async_keys(*args: Any) -> Any:
+        found = keys(args)
+        return found if found is not None else await get_keys(*args)
+
+    return async_keys
 
 
 def _hiredis_packing(base: Any) -> Any:

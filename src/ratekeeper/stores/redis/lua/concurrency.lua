@@ -13,14 +13,14 @@
 -- past 2^53 is ever formed. The decisions are the reference's, field by field.
 
 -- the leases still alive at now for some limit: `state` itself when none expired
-local function cc_live(specs, state, now)
+local function cc_live(specs, n, state, now)
   if state == nil then
     return nil
   end
   local longest = 0
-  for i = 1, #specs do
-    if specs[i][2] > longest then
-      longest = specs[i][2]
+  for i = 1, n do
+    if specs[2 * i] > longest then
+      longest = specs[2 * i]
     end
   end
   local horizon = now - longest
@@ -43,13 +43,14 @@ end
 
 ALGORITHMS["concurrency"] = {
   arity = 2,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local leases = cc_live(specs, state, now)
+  msgpack = true, -- lease ids are strings: the state is stored with cmsgpack
+  decide = function(specs, nl, state, now, cost, max_wait, lease, out, at)
+    local leases = cc_live(specs, nl, state, now)
     local n = leases and #leases or 0
     local useds = {}
     local denied, retry = -1, 0
-    for i = 1, #specs do
-      local limit, period = specs[i][1], specs[i][2]
+    for i = 1, nl do
+      local limit, period = specs[2 * i - 1], specs[2 * i]
       local cutoff = now - period
       local used, first = 0, n + 1
       for j = n - 2, 1, -3 do
@@ -95,21 +96,30 @@ ALGORITHMS["concurrency"] = {
       new[n + 1], new[n + 2], new[n + 3] = lease or "", acquired, cost
       leases, n, charged = new, n + 3, cost
     end
-    local remaining, resets = {}, {}
     local newest = n > 0 and leases[n - 1] or now
-    for i = 1, #specs do
+    local whole = 0
+    for i = 1, nl do
       local total = useds[i] + charged
-      remaining[i] = specs[i][1] - total
-      resets[i] = total > 0 and (newest - now) + specs[i][2] or 0
+      out[at + 4 + i] = specs[2 * i - 1] - total
+      local reset = total > 0 and (newest - now) + specs[2 * i] or 0
+      out[at + 4 + nl + i] = reset
+      if reset > whole then
+        whole = reset
+      end
     end
-    return leases, denied < 0, denied, retry, 0, remaining, resets
+    if denied < 0 then
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+    else
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+    end
+    return leases, denied < 0, whole
   end,
   -- release the lease `lease`; the leases that expired are dropped too
-  refund = function(specs, state, now, cost, lease)
+  refund = function(specs, nl, state, now, cost, lease)
     if lease == nil then
       error("ratekeeper: releasing a concurrency lease needs its lease_id")
     end
-    local leases = cc_live(specs, state, now)
+    local leases = cc_live(specs, nl, state, now)
     if leases == nil then
       return nil
     end

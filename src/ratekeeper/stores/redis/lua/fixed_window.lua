@@ -2,7 +2,7 @@
 -- (algorithms/fixed_window.py).
 --
 -- spec per limit (arity 2): count, period     -- at most count per window of period µs
--- state: { window_1, count_1, ..., window_n, count_n }  -- window = now // period
+-- state: window_1, count_1, ..., window_n, count_n  -- window = now // period
 --
 -- Windows and counts are integers below 2^53 (window * period <= now), so the doubles hold
 -- them exactly; now // period is idiv (exact). A clock that stepped back stays in the newer
@@ -10,12 +10,13 @@
 
 ALGORITHMS["fixed_window"] = {
   arity = 2,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local n = #specs
+  head = 0,
+  per = 2,
+  decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local windows, counts, ends = {}, {}, {}
     local denied, retry = -1, 0
     for i = 1, n do
-      local limit, period = specs[i][1], specs[i][2]
+      local limit, period = specs[2 * i - 1], specs[2 * i]
       local window = idiv(now, period)
       local count = 0
       if state ~= nil then
@@ -37,15 +38,21 @@ ALGORITHMS["fixed_window"] = {
       windows[i], counts[i], ends[i] = window, count, finish
     end
     local charged = denied < 0 and cost or 0
-    local remaining, resets = {}, {}
+    local whole = 0
     for i = 1, n do
       local c = counts[i] + charged
-      remaining[i] = specs[i][1] - c
-      resets[i] = c > 0 and ends[i] or 0
+      out[at + 4 + i] = specs[2 * i - 1] - c
+      local reset = c > 0 and ends[i] or 0
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
     end
     if denied >= 0 then
-      return state, false, denied, retry, 0, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+      return state, false, whole
     end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
     local new = state
     if charged > 0 then
       new = {}
@@ -54,18 +61,18 @@ ALGORITHMS["fixed_window"] = {
         new[2 * i] = counts[i] + charged
       end
     end
-    return new, true, -1, 0, 0, remaining, resets
+    return new, true, whole
   end,
   -- Give back cost in every limit whose stored window is now's (or newer: the clock stepped
   -- back); a limit in an older window has nothing left to refund.
-  refund = function(specs, state, now, cost, lease)
+  refund = function(specs, n, state, now, cost, lease)
     if state == nil then
       return nil
     end
     local new = {}
-    for i = 1, #specs do
+    for i = 1, n do
       local w, c = state[2 * i - 1], state[2 * i]
-      if w >= idiv(now, specs[i][2]) then
+      if w >= idiv(now, specs[2 * i]) then
         c = c - cost
         if c < 0 then
           c = 0

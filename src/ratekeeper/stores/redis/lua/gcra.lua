@@ -2,7 +2,7 @@
 --
 -- spec per limit (arity 4): n, d, cap, tau   -- n/d µs per unit of cost (reduced),
 --                                            -- cap = burst, tau = cap * n
--- state: { t0, ahead_1, ..., ahead_n }        -- written at t0 (µs); ahead_i = tat_i - t0 * d_i
+-- state: t0, ahead_1, ..., ahead_n            -- written at t0 (µs); ahead_i = tat_i - t0 * d_i
 --
 -- The reference keeps the theoretical arrival time tat in units of 1/d µs, absolute. With
 -- epoch µs from TIME, now * d would pass 2^53, so the state here is relative to the time
@@ -26,62 +26,72 @@ local function gcra_ahead(state, i, now, d)
   return a - elapsed * d -- the clock stepped back: tat is further ahead
 end
 
-local function gcra_aheads(specs, state, now)
+local function gcra_aheads(specs, n, state, now)
   local aheads = {}
-  for i = 1, #specs do
-    aheads[i] = gcra_ahead(state, i, now, specs[i][2])
+  for i = 1, n do
+    aheads[i] = gcra_ahead(state, i, now, specs[4 * i - 2])
   end
   return aheads
 end
 
-local function gcra_state(now, aheads)
+local function gcra_state(now, aheads, n)
   local new = { now }
-  for i = 1, #aheads do
+  for i = 1, n do
     new[i + 1] = aheads[i]
   end
   return new
 end
 
--- remaining and reset of each limit for the given aheads
-local function gcra_stats(specs, aheads)
-  local remaining, resets = {}, {}
-  for i = 1, #specs do
-    local n, d, tau = specs[i][1], specs[i][2], specs[i][4]
-    local left = idiv(tau - aheads[i], n)
-    remaining[i] = left > 0 and left or 0
-    resets[i] = ceil_div(aheads[i], d)
+-- remaining and reset of each limit for the given aheads, into out after at + 4; the
+-- longest reset
+local function gcra_stats(specs, n, aheads, out, at)
+  local whole = 0
+  for i = 1, n do
+    local o = 4 * i - 4
+    local a = aheads[i]
+    local left = idiv(specs[o + 4] - a, specs[o + 1])
+    out[at + 4 + i] = left > 0 and left or 0
+    local reset = ceil_div(a, specs[o + 2])
+    out[at + 4 + n + i] = reset
+    if reset > whole then
+      whole = reset
+    end
   end
-  return remaining, resets
+  return whole
 end
 
 -- refund shared by GCRA and the leaky bucket: move tat back by cost, never before now
-local function gcra_refund(specs, state, now, cost, lease)
+local function gcra_refund(specs, n, state, now, cost, lease)
   if state == nil then
     return nil
   end
-  local aheads = gcra_aheads(specs, state, now)
-  for i = 1, #specs do
-    local a = aheads[i] - cost * specs[i][1]
+  local aheads = gcra_aheads(specs, n, state, now)
+  for i = 1, n do
+    local a = aheads[i] - cost * specs[4 * i - 3]
     aheads[i] = a > 0 and a or 0
   end
-  return gcra_state(now, aheads)
+  return gcra_state(now, aheads, n)
 end
 
 ALGORITHMS["gcra"] = {
   arity = 4,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local aheads = gcra_aheads(specs, state, now)
+  head = 1,
+  per = 1,
+  decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
+    local aheads = {}
     local denied, wait, infinite = -1, 0, false
-    for i = 1, #specs do
-      local n, d, cap, tau = specs[i][1], specs[i][2], specs[i][3], specs[i][4]
-      if cost > cap then
+    for i = 1, n do
+      local o = 4 * i - 4
+      local a = gcra_ahead(state, i, now, specs[o + 2])
+      aheads[i] = a
+      if cost > specs[o + 3] then
         if not infinite then
           infinite, denied = true, i - 1
         end
       else
-        local over = aheads[i] + cost * n - tau
+        local over = a + cost * specs[o + 1] - specs[o + 4]
         if over > 0 then
-          local w = ceil_div(over, d)
+          local w = ceil_div(over, specs[o + 2])
           if w > wait then
             wait = w
             if not infinite then
@@ -91,20 +101,19 @@ ALGORITHMS["gcra"] = {
         end
       end
     end
-    local allowed = (not infinite) and wait <= (max_wait or 0)
-    if allowed then
+    if (not infinite) and wait <= (max_wait or 0) then
       local new = state
       if cost > 0 then
-        for i = 1, #specs do
-          aheads[i] = aheads[i] + cost * specs[i][1]
+        for i = 1, n do
+          aheads[i] = aheads[i] + cost * specs[4 * i - 3]
         end
-        new = gcra_state(now, aheads)
+        new = gcra_state(now, aheads, n)
       end
-      local remaining, resets = gcra_stats(specs, aheads)
-      return new, true, -1, 0, wait, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, wait
+      return new, true, gcra_stats(specs, n, aheads, out, at)
     end
-    local remaining, resets = gcra_stats(specs, aheads)
-    return state, false, denied, infinite and INFINITE or wait, 0, remaining, resets
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, infinite and INFINITE or wait, 0
+    return state, false, gcra_stats(specs, n, aheads, out, at)
   end,
   refund = gcra_refund,
 }

@@ -3,7 +3,7 @@
 --
 -- spec per limit (arity 4): n, d, cap, tau   -- as GCRA: n/d µs per unit of cost (reduced),
 --                                            -- cap = burst, tau = cap * n
--- state: { t0, ahead_1, ..., ahead_n }        -- GCRA's (gcra.lua): written at t0 (µs);
+-- state: t0, ahead_1, ..., ahead_n            -- GCRA's (gcra.lua): written at t0 (µs);
 --                                            -- ahead_i = (time the queue is empty) - t0, in 1/d_i µs
 --
 -- The state, its relative form (exact with epoch µs), the stats and the refund are GCRA's
@@ -14,12 +14,17 @@
 
 ALGORITHMS["leaky_bucket"] = {
   arity = 4,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local aheads = gcra_aheads(specs, state, now)
+  head = 1,
+  per = 1,
+  decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
+    local aheads = {}
     local denied, retry, delay, infinite = -1, 0, 0, false
-    for i = 1, #specs do
-      local n, d, cap, tau = specs[i][1], specs[i][2], specs[i][3], specs[i][4]
-      local queued = ceil_div(aheads[i], d)
+    for i = 1, n do
+      local o = 4 * i - 4
+      local nn, d, cap, tau = specs[o + 1], specs[o + 2], specs[o + 3], specs[o + 4]
+      local a = gcra_ahead(state, i, now, d)
+      aheads[i] = a
+      local queued = ceil_div(a, d)
       if queued > delay then
         delay = queued
       end
@@ -29,7 +34,7 @@ ALGORITHMS["leaky_bucket"] = {
         end
       else
         -- room in the queue, and a queue short enough for the caller: the later of the two
-        local need = ceil_div(aheads[i] + cost * n - tau, d)
+        local need = ceil_div(a + cost * nn - tau, d)
         if max_wait ~= nil and queued - max_wait > need then
           need = queued - max_wait
         end
@@ -41,16 +46,16 @@ ALGORITHMS["leaky_bucket"] = {
     if denied < 0 then
       local new = state
       if cost > 0 then
-        for i = 1, #specs do
-          aheads[i] = aheads[i] + cost * specs[i][1]
+        for i = 1, n do
+          aheads[i] = aheads[i] + cost * specs[4 * i - 3]
         end
-        new = gcra_state(now, aheads)
+        new = gcra_state(now, aheads, n)
       end
-      local remaining, resets = gcra_stats(specs, aheads)
-      return new, true, -1, 0, delay, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, delay
+      return new, true, gcra_stats(specs, n, aheads, out, at)
     end
-    local remaining, resets = gcra_stats(specs, aheads)
-    return state, false, denied, retry, 0, remaining, resets
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+    return state, false, gcra_stats(specs, n, aheads, out, at)
   end,
   refund = gcra_refund,
 }

@@ -1,4 +1,6 @@
--- ratekeeper: the dispatcher. Decides a list of operations in one call (wire.py).
+-- ratekeeper: the dispatcher, rk_dispatch(KEYS, ARGV). Decides a list of operations in one
+-- call (wire.py). The library registers it as its function (FCALL); a script ends with
+-- `return rk_dispatch(KEYS, ARGV)` (EVALSHA).
 --
 -- KEYS[k]   the storage key of each distinct (rule, key) the call touches
 -- ARGV[1]   now in µs, or "" for the server clock (Redis TIME)
@@ -9,49 +11,41 @@
 --   lease id ("" = none)
 --
 -- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
--- remaining x n, reset x n. Each key's state is read once (GET, cmsgpack) and written
--- once at the end: SET ... PX (the time until it is whole, plus a margin: a state that
--- is whole still tells where the clock was, should it step back; never 0 or less), or
--- DEL when the algorithm left no state or a refund left it whole (it is forgotten, as
--- MemoryStore.refund does). Ops on the same key see each other's effects in order.
--- An algorithm with open/flush (the sliding log) keeps its state in place instead: open
--- reads what the call needs, decide (with dry = true for a peek) changes the opened state,
--- and flush writes the changes once at the end (never when an atomic call was refused).
+-- remaining x n, reset x n.
 --
--- Cost per call matters (every decision runs this): no table beyond the ones the
--- algorithms need, the reply filled by index, and a key's state kept in plain arrays
+-- An algorithm (ALGORITHMS[name], one file each) has
+--   arity       its spec fields per limit; specs reach it flat: limit i's field j is
+--               specs[(i - 1) * arity + j]
+--   decide(specs, n, state, now, cost, max_wait, lease, out, at)
+--               writes the op's reply at out[at + 1 ..] and returns the new state (the
+--               same table when nothing changed), whether it admitted, and the µs until
+--               the state is whole (the longest reset)
+--   refund(specs, n, state, now, cost, lease)  the state after giving cost back (nil: none)
+--   head, per   a state of numbers: head + per * n doubles, stored with struct (FORMATS)
+--               followed by one more double, exp: the time (µs, on the clock of now) until
+--               which the key's TTL was set to last
+--   msgpack     instead: a state stored with cmsgpack (concurrency: its lease ids)
+--   open/flush  instead: a state read and written in place (the sliding log): open reads
+--               what the call needs, decide (with dry = true for a peek) changes the
+--               opened state, flush writes the changes once at the end
+--
+-- Each key's state is read once (GET) and written once at the end, only when it changed
+-- (never when an atomic call was refused). The TTL covers the time until the state is
+-- whole plus a margin (a state that is whole still tells where the clock was, should it
+-- step back; never 0 or less). It is set (SET ... PX) only when it must grow: a state of
+-- numbers keeps exp, and while now + whole + margin stays within it the write is SET ...
+-- KEEPTTL (cheaper, and no number to format); when it grows it is set a quarter margin
+-- beyond. DEL when the algorithm left no state or a refund left it whole (it is
+-- forgotten, as MemoryStore.refund does). Ops on the same key see each other's effects in
+-- order.
+--
+-- Cost per call matters (every decision runs this): specs parsed once per rule (the ops
+-- of a coalesced call usually share it), the reply written in place by the algorithms,
+-- no table beyond the ones the algorithms need, and a key's state kept in plain arrays
 -- indexed by its KEYS position (false = no state).
 
-local tonumber = tonumber
-local argv = ARGV
-local call = redis.call
-
-local now
-local margin_ms
-if argv[1] == "" then
-  local t = call("TIME")
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  margin_ms = 1000
-else
-  now = tonumber(argv[1])
-  margin_ms = 3600000 -- an explicit now (tests) runs on its own time: keep state an hour
-end
-local atomic = argv[2] == "1"
-local n_ops = tonumber(argv[3])
-
-local original = {} -- key index -> state as read (false: none); nil until read
-local current = {} -- key index -> state after the ops so far (false: none)
-local whole_in = {} -- key index -> µs until the written state is whole
-local logs = {} -- key index -> the algorithm of a state kept in place (algo.open / flush)
-local out = {}
-local no = 0 -- entries in out
-local refused = false
-local pos = 4
-
-local last_specs, last_algo, last_n, last_pos -- the specs parsed for the op before
-
 -- whether argv[a .. a + width - 1] and argv[b .. b + width - 1] are the same strings
-local function same_fields(a, b, width)
+local function same_fields(argv, a, b, width)
   for i = 0, width - 1 do
     if argv[a + i] ~= argv[b + i] then
       return false
@@ -60,146 +54,180 @@ local function same_fields(a, b, width)
   return true
 end
 
-local function longest(resets)
-  local m = 0
-  for i = 1, #resets do
-    if resets[i] > m then
-      m = resets[i]
-    end
+-- The state of numbers stored at key (nil: none) and its exp.
+local function read_numbers(key, algo, n)
+  local raw = redis.call("GET", key)
+  if not raw then
+    return nil, 0
   end
-  return m
+  local k = algo.head + algo.per * n + 1
+  if #raw ~= 8 * k then
+    error("ratekeeper: the value at " .. key .. " is not a state of this rule")
+  end
+  local state = { struct.unpack(FORMATS[k] or doubles_format(k), raw) }
+  return state, state[k]
 end
 
-for _ = 1, n_ops do
-  local mode = argv[pos]
-  local k = tonumber(argv[pos + 1])
-  local algo = ALGORITHMS[argv[pos + 2]]
-  if algo == nil then
-    return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos + 2]))
+-- Write a state of numbers: its fields, then exp (the TTL's reach), SET ... KEEPTTL while
+-- the TTL reaches far enough, else SET ... PX with a quarter margin more.
+local function write_numbers(key, algo, n, state, exp, now, whole_us, margin_ms)
+  local k = algo.head + algo.per * n + 1
+  local need = now + whole_us + margin_ms * 1000
+  if need <= exp then
+    state[k] = exp
+    return redis.call("SET", key, struct.pack(FORMATS[k] or doubles_format(k), unpack(state, 1, k)), "KEEPTTL")
   end
-  local n = tonumber(argv[pos + 3])
-  local width = n * algo.arity
-  pos = pos + 4
-  local specs = last_specs
-  if algo ~= last_algo or n ~= last_n or not same_fields(pos, last_pos, width) then
-    specs = {} -- else the op before had the same rule: its specs serve (coalesced calls)
-    local at = pos
-    for i = 1, n do
-      local spec = {}
-      for j = 1, algo.arity do
-        spec[j] = tonumber(argv[at])
-        at = at + 1
-      end
-      specs[i] = spec
-    end
-    last_specs, last_algo, last_n, last_pos = specs, algo, n, pos
+  local ttl_ms = math.ceil(whole_us / 1000) + margin_ms + math.ceil(margin_ms / 4)
+  state[k] = now + ttl_ms * 1000
+  return redis.call("SET", key, struct.pack(FORMATS[k] or doubles_format(k), unpack(state, 1, k)), "PX", ttl_ms)
+end
+
+-- The spec fields argv[at .. at + width - 1] as numbers, in a table made at its size
+-- (appends would grow it step by step). `x + 0` converts as tonumber does, without the
+-- function call.
+local function parse_specs(argv, at, width)
+  if width == 2 then
+    return { argv[at] + 0, argv[at + 1] + 0 }
+  elseif width == 4 then
+    return { argv[at] + 0, argv[at + 1] + 0, argv[at + 2] + 0, argv[at + 3] + 0 }
   end
-  pos = pos + width
-  local cost = tonumber(argv[pos])
-  local max_wait = argv[pos + 1]
-  local lease = argv[pos + 2]
-  pos = pos + 3
-  if max_wait == "" then
-    max_wait = nil
+  local specs = {}
+  for j = 1, width do
+    specs[j] = argv[at + j - 1] + 0
+  end
+  return specs
+end
+
+local function rk_dispatch(KEYS, ARGV)
+  local argv = ARGV
+
+  local now
+  local margin_ms
+  if argv[1] == "" then
+    local t = redis.call("TIME")
+    now = t[1] * 1000000 + t[2]
+    margin_ms = 1000
   else
-    max_wait = tonumber(max_wait)
+    now = argv[1] + 0
+    margin_ms = 3600000 -- an explicit now (tests) runs on its own time: keep state an hour
   end
-  if lease == "" then
-    lease = nil
-  end
+  local atomic = argv[2] == "1"
+  local last = #argv
 
-  local state = current[k]
-  if state == nil then
-    if algo.open then
-      state = algo.open(KEYS[k])
-      logs[k] = algo
-    else
-      local raw = call("GET", KEYS[k])
-      state = raw and cmsgpack.unpack(raw) or false
-    end
-    original[k] = state
-    current[k] = state
-  end
-  state = state or nil
+  -- per key index: { algo, n (its rule's limits), original (the state as read; false:
+  -- none), current (after the ops so far), whole (µs until the written state is whole),
+  -- exp (of a state of numbers as read; 0: none) }; nil until read
+  local keyed = {}
+  local out = { nil, nil, nil, nil, nil, nil } -- made at the size of one one-limit reply
+  local no = 0 -- entries in out
+  local refused = false
+  local pos = 4
 
-  if algo.open then
-    -- a state read and written in place (the sliding log): it changes as it decides
-    if mode == "r" then
-      algo.refund(specs, state, now, cost, lease)
-    else
-      local _, allowed, denied, retry, delay, remaining, resets =
-        algo.decide(specs, state, now, cost, max_wait, lease, mode ~= "d")
-      out[no + 1] = allowed and 1 or 0
-      out[no + 2] = denied
-      out[no + 3] = retry
-      out[no + 4] = delay
-      no = no + 4
-      for i = 1, n do
-        out[no + i] = remaining[i]
-      end
-      no = no + n
-      for i = 1, n do
-        out[no + i] = resets[i]
-      end
-      no = no + n
-      if mode == "d" and not allowed then
-        refused = true
-      end
+  local specs, last_algo, last_n, last_pos -- the specs parsed for the op before
+
+  while pos <= last do
+    local mode = argv[pos]
+    local k = argv[pos + 1] + 0
+    local algo = ALGORITHMS[argv[pos + 2]]
+    if algo == nil then
+      return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos + 2]))
     end
-  elseif mode == "r" then
-    if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
-      local new = algo.refund(specs, state, now, cost, lease)
-      local _, _, _, _, _, _, resets = algo.decide(specs, new, now, 0, nil, nil)
-      local us = longest(resets)
-      if us <= 0 or new == nil then
-        current[k] = false
+    local n = argv[pos + 3] + 0
+    local width = n * algo.arity
+    pos = pos + 4
+    if algo ~= last_algo or n ~= last_n or not same_fields(argv, pos, last_pos, width) then
+      specs = parse_specs(argv, pos, width) -- else the op before had the same rule: its specs serve
+      last_algo, last_n, last_pos = algo, n, pos
+    end
+    pos = pos + width
+    local cost = argv[pos] + 0
+    local max_wait = argv[pos + 1]
+    local lease = argv[pos + 2]
+    pos = pos + 3
+    if max_wait == "" then
+      max_wait = nil
+    else
+      max_wait = max_wait + 0
+    end
+    if lease == "" then
+      lease = nil
+    end
+
+    local rec = keyed[k]
+    if rec == nil then
+      local key = KEYS[k]
+      local state, exp = nil, 0
+      if algo.open then
+        state = algo.open(key)
+      elseif algo.msgpack then
+        local raw = redis.call("GET", key)
+        state = raw and cmsgpack.unpack(raw)
       else
-        current[k] = new
-        whole_in[k] = us
+        state, exp = read_numbers(key, algo, n)
       end
+      rec = { algo = algo, n = n, original = state or false, current = state or false, whole = 0, exp = exp }
+      keyed[k] = rec
     end
-  else
-    local new, allowed, denied, retry, delay, remaining, resets = algo.decide(specs, state, now, cost, max_wait, lease)
-    out[no + 1] = allowed and 1 or 0
-    out[no + 2] = denied
-    out[no + 3] = retry
-    out[no + 4] = delay
-    no = no + 4
-    for i = 1, n do
-      out[no + i] = remaining[i]
-    end
-    no = no + n
-    for i = 1, n do
-      out[no + i] = resets[i]
-    end
-    no = no + n
-    if mode == "d" then
-      if not allowed then
-        refused = true -- an atomic call then writes nothing
+    local state = rec.current or nil
+
+    if algo.open then
+      -- a state read and written in place (the sliding log): it changes as it decides
+      if mode == "r" then
+        algo.refund(specs, n, state, now, cost, lease)
+      else
+        local _, allowed = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no, mode ~= "d")
+        no = no + 4 + 2 * n
+        if mode == "d" and not allowed then
+          refused = true
+        end
       end
-      if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
-        current[k] = new or false
-        whole_in[k] = longest(resets)
+    elseif mode == "r" then
+      if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
+        local new = algo.refund(specs, n, state, now, cost, lease)
+        local us = 0
+        if new ~= nil then
+          local _, _, whole = algo.decide(specs, n, new, now, 0, nil, nil, {}, 0)
+          us = whole
+        end
+        if us <= 0 then
+          rec.current = false
+        else
+          rec.current, rec.whole = new, us
+        end
+      end
+    else
+      local new, allowed, whole = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no)
+      no = no + 4 + 2 * n
+      if mode == "d" then
+        if not allowed then
+          refused = true -- an atomic call then writes nothing
+        end
+        if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
+          rec.current, rec.whole = new or false, whole
+        end
       end
     end
   end
-end
 
-if atomic and refused then
+  if atomic and refused then
+    return out
+  end
+  for k = 1, #KEYS do -- every key is some op's
+    local rec = keyed[k]
+    local algo, state = rec.algo, rec.current
+    if algo.open then
+      if state.changed then
+        algo.flush(state, now, margin_ms)
+      end
+    elseif state ~= rec.original then
+      if not state then
+        redis.call("DEL", KEYS[k])
+      elseif algo.msgpack then
+        redis.call("SET", KEYS[k], cmsgpack.pack(state), "PX", math.ceil(rec.whole / 1000) + margin_ms)
+      else
+        write_numbers(KEYS[k], algo, rec.n, state, rec.exp, now, rec.whole, margin_ms)
+      end
+    end
+  end
   return out
 end
-for k, state in pairs(current) do
-  local algo = logs[k]
-  if algo then
-    if state.changed then
-      algo.flush(state, now, margin_ms)
-    end
-  elseif state ~= original[k] then
-    if state then
-      call("SET", KEYS[k], cmsgpack.pack(state), "PX", math.ceil(whole_in[k] / 1000) + margin_ms)
-    else
-      call("DEL", KEYS[k])
-    end
-  end
-end
-return out

@@ -2,7 +2,7 @@
 -- (algorithms/sliding_window_counter.py).
 --
 -- spec per limit (arity 2): count, period     -- about count per sliding period µs
--- state: { window_1, previous_1, current_1, ..., window_n, previous_n, current_n }
+-- state: window_1, previous_1, current_1, ..., window_n, previous_n, current_n
 --                                             -- window = now // period (exact: idiv)
 --
 -- The count at now is current + floor(previous * (period - elapsed) / period), rounded down
@@ -121,12 +121,13 @@ end
 
 ALGORITHMS["sliding_window_counter"] = {
   arity = 2,
-  decide = function(specs, state, now, cost, max_wait, lease)
-    local n = #specs
+  head = 0,
+  per = 3,
+  decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local windows, prevs, currs, counts = {}, {}, {}, {}
     local denied, retry = -1, 0
     for i = 1, n do
-      local limit, period = specs[i][1], specs[i][2]
+      local limit, period = specs[2 * i - 1], specs[2 * i]
       local window, prev, curr = swc_read(state, i, now, period)
       local start = window * period
       local counted = swc_counted(prev, curr, now - start, period)
@@ -139,15 +140,21 @@ ALGORITHMS["sliding_window_counter"] = {
       windows[i], prevs[i], currs[i], counts[i] = window, prev, curr, counted
     end
     local charged = denied < 0 and cost or 0
-    local remaining, resets = {}, {}
+    local whole = 0
     for i = 1, n do
-      local left = specs[i][1] - (counts[i] + charged)
-      remaining[i] = left > 0 and left or 0
-      resets[i] = swc_whole_after(windows[i], specs[i][2], now, prevs[i], currs[i] + charged)
+      local left = specs[2 * i - 1] - (counts[i] + charged)
+      out[at + 4 + i] = left > 0 and left or 0
+      local reset = swc_whole_after(windows[i], specs[2 * i], now, prevs[i], currs[i] + charged)
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
     end
     if denied >= 0 then
-      return state, false, denied, retry, 0, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+      return state, false, whole
     end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
     local new = state
     if charged > 0 then
       new = {}
@@ -155,17 +162,17 @@ ALGORITHMS["sliding_window_counter"] = {
         new[3 * i - 2], new[3 * i - 1], new[3 * i] = windows[i], prevs[i], currs[i] + charged
       end
     end
-    return new, true, -1, 0, 0, remaining, resets
+    return new, true, whole
   end,
   -- Take cost back from each limit's current window (never below 0), the state rewritten in
   -- now's window, as the reference does.
-  refund = function(specs, state, now, cost, lease)
+  refund = function(specs, n, state, now, cost, lease)
     if state == nil then
       return nil
     end
     local new = {}
-    for i = 1, #specs do
-      local window, prev, curr = swc_read(state, i, now, specs[i][2])
+    for i = 1, n do
+      local window, prev, curr = swc_read(state, i, now, specs[2 * i])
       curr = curr - cost
       new[3 * i - 2], new[3 * i - 1], new[3 * i] = window, prev, curr > 0 and curr or 0
     end

@@ -29,7 +29,6 @@
 -- counts a little longer), as the reference does. Expired entries are those no limit
 -- counts (times <= now - longest period), as in the reference.
 
-local swl_pack, swl_unpack = struct.pack, struct.unpack
 local SWL_TAIL = 512 -- bytes read from the end: the trailer (at most 61) and the newest records
 local SWL_CHUNK = 16 -- records read at once when skipping expired entries
 local SWL_EXACT = 2 ^ 52 -- stored totals are rebased before they reach this
@@ -66,7 +65,7 @@ local function swl_open(key)
   local size = #raw
   local tw, cw = raw:byte(size - 1), raw:byte(size)
   local f = swl_format(tw, cw)
-  local ref, exp, start, n, hint, base, ft, fc, lt, lc = swl_unpack(f[2], raw, size - f[3] + 1)
+  local ref, exp, start, n, hint, base, ft, fc, lt, lc = struct.unpack(f[2], raw, size - f[3] + 1)
   -- one constructor: the table is sized once
   return { key = key, at = {}, ac = {}, changed = false, start = start, n = n, stored = n, base = base,
     whole = false, exp = exp, hint = hint, longest = 0, maxcount = 0, tw = tw, cw = cw, rw = tw + cw, rfmt = f[1],
@@ -84,9 +83,9 @@ local function swl_rec(log, i)
   local off = i * log.rw
   local t, c
   if off >= log.tail_from then
-    t, c = swl_unpack(log.rfmt, log.tail, off - log.tail_from + 1)
+    t, c = struct.unpack(log.rfmt, log.tail, off - log.tail_from + 1)
   else
-    t, c = swl_unpack(log.rfmt, redis.call("GETRANGE", log.key, off, off + log.rw - 1))
+    t, c = struct.unpack(log.rfmt, redis.call("GETRANGE", log.key, off, off + log.rw - 1))
   end
   return log.ref + t, c
 end
@@ -129,7 +128,7 @@ local function swl_block(log, i, j)
     local pos, rfmt, ref = 1, log.rfmt, log.ref
     while k < top do
       local t, c
-      t, c, pos = swl_unpack(rfmt, raw, pos)
+      t, c, pos = struct.unpack(rfmt, raw, pos)
       ts[#ts + 1], cs[#cs + 1] = ref + t, c
       k = k + 1
     end
@@ -211,7 +210,7 @@ local function swl_trim(log, cutoff)
     local pos, rfmt, ref = 1, log.rfmt, log.ref
     while i < top do
       local t, c
-      t, c, pos = swl_unpack(rfmt, raw, pos)
+      t, c, pos = struct.unpack(rfmt, raw, pos)
       t = ref + t
       if t > cutoff then
         log.start, log.ft, log.fc = i, t, c
@@ -246,7 +245,7 @@ local function swl_load(log, last)
     local pos, rfmt, ref = 1, log.rfmt, log.ref
     while i < top do
       local t, c
-      t, c, pos = swl_unpack(rfmt, raw, pos)
+      t, c, pos = struct.unpack(rfmt, raw, pos)
       at[#at + 1], ac[#ac + 1] = ref + t, c
       i = i + 1
     end
@@ -325,10 +324,10 @@ local function swl_flush(log, now, margin_ms)
     local parts = {}
     local rfmt = f[1]
     for j = start + 1, n do
-      parts[#parts + 1] = swl_pack(rfmt, at[j] - ref, ac[j] - base)
+      parts[#parts + 1] = struct.pack(rfmt, at[j] - ref, ac[j] - base)
     end
     local hint = log.hint > start and log.hint - start or 0
-    parts[#parts + 1] = swl_pack(f[2], ref, log.exp, 0, n - start, hint, 0, 0, log.fc - base, log.lt - ref,
+    parts[#parts + 1] = struct.pack(f[2], ref, log.exp, 0, n - start, hint, 0, 0, log.fc - base, log.lt - ref,
       log.lc - base, tw, cw)
     if ttl_ms == nil then
       ttl_ms = math.ceil((log.exp - now) / 1000)
@@ -340,7 +339,7 @@ local function swl_flush(log, now, margin_ms)
   local at, ac = log.at, log.ac
   if prefix == nil and n - stored == 1 then
     -- the usual call: one record and the trailer, in one pack
-    redis.call("SETRANGE", key, stored * log.rw, swl_pack(rfmt .. string.sub(log.tfmt, 2), at[1] - ref, ac[1],
+    redis.call("SETRANGE", key, stored * log.rw, struct.pack(rfmt .. string.sub(log.tfmt, 2), at[1] - ref, ac[1],
       ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc, log.lt - ref, log.lc, log.tw, log.cw))
     if ttl_ms ~= nil then
       redis.call("PEXPIRE", key, ttl_ms)
@@ -349,12 +348,12 @@ local function swl_flush(log, now, margin_ms)
   end
   local parts = {}
   for j = 1, n - stored do
-    parts[j] = swl_pack(rfmt, at[j] - ref, ac[j])
+    parts[j] = struct.pack(rfmt, at[j] - ref, ac[j])
   end
   if prefix ~= nil then
     -- expired entries dropped: the live bytes, the new records, the trailer from 0
     local hint = log.hint > start and log.hint - start or 0
-    parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, 0, n - start, hint, log.base, log.ft - ref, log.fc,
+    parts[#parts + 1] = struct.pack(log.tfmt, ref, log.exp, 0, n - start, hint, log.base, log.ft - ref, log.fc,
       log.lt - ref, log.lc, log.tw, log.cw)
     if ttl_ms == nil then
       ttl_ms = math.ceil((log.exp - now) / 1000)
@@ -362,7 +361,7 @@ local function swl_flush(log, now, margin_ms)
     redis.call("SET", key, prefix .. table.concat(parts), "PX", ttl_ms)
     return
   end
-  parts[#parts + 1] = swl_pack(log.tfmt, ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc,
+  parts[#parts + 1] = struct.pack(log.tfmt, ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc,
     log.lt - ref, log.lc, log.tw, log.cw)
   redis.call("SETRANGE", key, stored * log.rw, table.concat(parts))
   if ttl_ms ~= nil then
@@ -370,14 +369,14 @@ local function swl_flush(log, now, margin_ms)
   end
 end
 
-local function swl_longest(log, specs)
+local function swl_longest(log, specs, n)
   local longest, maxcount = 0, 0
-  for i = 1, #specs do
-    if specs[i][2] > longest then
-      longest = specs[i][2]
+  for i = 1, n do
+    if specs[2 * i] > longest then
+      longest = specs[2 * i]
     end
-    if specs[i][1] > maxcount then
-      maxcount = specs[i][1]
+    if specs[2 * i - 1] > maxcount then
+      maxcount = specs[2 * i - 1]
     end
   end
   log.longest, log.maxcount = longest, maxcount
@@ -389,8 +388,8 @@ ALGORITHMS["sliding_window_log"] = {
   open = swl_open,
   flush = swl_flush,
   -- dry: decide without charging (a peek)
-  decide = function(specs, log, now, cost, max_wait, lease, dry)
-    local longest = swl_longest(log, specs)
+  decide = function(specs, nl, log, now, cost, max_wait, lease, out, at, dry)
+    local longest = swl_longest(log, specs, nl)
     swl_trim(log, now - longest)
     local start, n = log.start, log.n
     local empty = start >= n
@@ -399,8 +398,8 @@ ALGORITHMS["sliding_window_log"] = {
     local useds = {}
     local denied, retry = -1, 0
     local hinted = false
-    for i = 1, #specs do
-      local limit, period = specs[i][1], specs[i][2]
+    for i = 1, nl do
+      local limit, period = specs[2 * i - 1], specs[2 * i]
       local first, before = start, base
       if period < longest and not empty then
         local c
@@ -444,22 +443,25 @@ ALGORITHMS["sliding_window_log"] = {
         swl_append(log, newest, total + cost)
       end
     end
-    local remaining, resets = {}, {}
-    for i = 1, #specs do
+    for i = 1, nl do
       local in_window = useds[i] + charged
-      remaining[i] = specs[i][1] - in_window
-      resets[i] = in_window > 0 and newest + specs[i][2] - now or 0
+      out[at + 4 + i] = specs[2 * i - 1] - in_window
+      out[at + 4 + nl + i] = in_window > 0 and newest + specs[2 * i] - now or 0
     end
     if denied >= 0 then
-      return log, false, denied, retry, 0, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+      return log, false
     end
-    return log, true, -1, 0, 0, remaining, resets
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+    return log, true
   end,
   -- Take cost back from the newest live entries (the log is emptied when nothing is left).
-  refund = function(specs, log, now, cost, lease)
-    swl_trim(log, now - swl_longest(log, specs))
+  refund = function(specs, nl, log, now, cost, lease)
+    local had = log.n > log.start
+    swl_trim(log, now - swl_longest(log, specs, nl))
     local start, n = log.start, log.n
     if start >= n then
+      log.changed = had -- every entry expired: the log is forgotten, as the reference's None
       return log
     end
     log.changed = true

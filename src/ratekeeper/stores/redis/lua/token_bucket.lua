@@ -2,7 +2,7 @@
 --
 -- spec per limit (arity 4): n, d, cap, full  -- n/d µs per token (reduced), cap = burst,
 --                                            -- full = cap * n (a token is n units)
--- state: { level_1, last_1, ..., level_n, last_n }  -- the reference's layout: level in
+-- state: level_1, last_1, ..., level_n, last_n  -- the reference's layout: level in
 --        units after the last refill at last (µs); below 0 only through reservations
 --
 -- Every quantity stays below 2^53 with epoch µs: levels are at most full = cap * n
@@ -40,19 +40,22 @@ end
 
 ALGORITHMS["token_bucket"] = {
   arity = 4,
-  decide = function(specs, state, now, cost, max_wait, lease)
+  head = 0,
+  per = 2,
+  decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local levels = {}
     local denied, wait, infinite = -1, 0, false
-    for i = 1, #specs do
-      local n, d, cap, full = specs[i][1], specs[i][2], specs[i][3], specs[i][4]
-      local level = tb_level(state, i, now, d, full)
+    for i = 1, n do
+      local o = 4 * i - 4
+      local d = specs[o + 2]
+      local level = tb_level(state, i, now, d, specs[o + 4])
       levels[i] = level
-      if cost > cap then
+      if cost > specs[o + 3] then
         if not infinite then
           infinite, denied = true, i - 1
         end
       else
-        local need = cost * n
+        local need = cost * specs[o + 1]
         if level < need then
           local w = ceil_div(need - level, d)
           if w > wait then
@@ -66,39 +69,47 @@ ALGORITHMS["token_bucket"] = {
     end
     local allowed = (not infinite) and wait <= (max_wait or 0)
     if allowed and cost > 0 then
-      for i = 1, #specs do
-        levels[i] = levels[i] - cost * specs[i][1]
+      for i = 1, n do
+        levels[i] = levels[i] - cost * specs[4 * i - 3]
       end
     end
-    local remaining, resets = {}, {}
-    for i = 1, #specs do
-      local n, d, full = specs[i][1], specs[i][2], specs[i][4]
-      local left = idiv(levels[i], n)
-      remaining[i] = left > 0 and left or 0
-      resets[i] = levels[i] < full and ceil_div(full - levels[i], d) or 0
+    local whole = 0
+    for i = 1, n do
+      local o = 4 * i - 4
+      local level, full = levels[i], specs[o + 4]
+      local left = idiv(level, specs[o + 1])
+      out[at + 4 + i] = left > 0 and left or 0
+      local reset = level < full and ceil_div(full - level, specs[o + 2]) or 0
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
     end
     if not allowed then
-      return state, false, denied, infinite and INFINITE or wait, 0, remaining, resets
+      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, infinite and INFINITE or wait, 0
+      return state, false, whole
     end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, wait
     if cost == 0 then
-      return state, true, -1, 0, wait, remaining, resets
+      return state, true, whole
     end
     local new = {}
-    for i = 1, #specs do
+    for i = 1, n do
       new[2 * i - 1] = levels[i]
       new[2 * i] = tb_last(state, i, now)
     end
-    return new, true, -1, 0, wait, remaining, resets
+    return new, true, whole
   end,
   -- give back cost tokens, never above full
-  refund = function(specs, state, now, cost, lease)
+  refund = function(specs, n, state, now, cost, lease)
     if state == nil then
       return nil
     end
     local new = {}
-    for i = 1, #specs do
-      local n, d, full = specs[i][1], specs[i][2], specs[i][4]
-      local level = tb_level(state, i, now, d, full) + cost * n
+    for i = 1, n do
+      local o = 4 * i - 4
+      local full = specs[o + 4]
+      local level = tb_level(state, i, now, specs[o + 2], full) + cost * specs[o + 1]
       new[2 * i - 1] = level < full and level or full
       new[2 * i] = tb_last(state, i, now)
     end
