@@ -428,9 +428,11 @@ def test_async_statement_past_the_timeout_raises_store_timeout(schema: str) -> N
 # -- the fast path of a lone one-limit GCRA call ---------------------------------------
 
 
-def test_a_lone_one_limit_gcra_call_runs_the_fast_function_and_every_other_call_the_general_one(
+def test_a_lone_one_limit_gcra_call_runs_the_fast_function_other_lone_calls_the_single_op_one(
     store: PostgresStore,
 ) -> None:
+    """GCRA's own fast function, ``<table>_decide_single`` for the other lone decides and
+    peeks, ``<table>_decide`` for refunds (and calls of several ops)."""
     statements: list[str] = []
     execute = store._execute
 
@@ -450,7 +452,7 @@ def test_a_lone_one_limit_gcra_call_runs_the_fast_function_and_every_other_call_
     store.refund(Op.refund(one, "k", 1))
     store.decide(Op.decide(two, "k", 1))
     store.decide(Op.decide(window, "k", 1))
-    assert statements[-8:] == ["one"] * 5 + ["decide"] * 3
+    assert statements[-8:] == ["one"] * 5 + ["decide", "single", "single"]
 
 
 def test_concurrent_first_calls_on_a_new_key_admit_exactly_the_limit(pg_url: str) -> None:

@@ -177,7 +177,12 @@ def _sql_file(name: str) -> str:
 def _template() -> tuple[str, str]:
     """The SQL files in the order they must run, and the marker naming their version."""
     sql = resources.files("ratekeeper.stores.postgres").joinpath("sql")
-    names = ["schema", *(name for name in ALGORITHM_FILES if sql.joinpath(f"{name}.sql").is_file()), "decide"]
+    names = [
+        "schema",
+        *(name for name in ALGORITHM_FILES if sql.joinpath(f"{name}.sql").is_file()),
+        "decide",
+        "decide_single",
+    ]
     body = "\n".join(_sql_file(name) for name in names)
     return body, "ratekeeper " + hashlib.blake2b(body.encode(), digest_size=8).hexdigest()
 
@@ -207,12 +212,17 @@ class PostgresCore:
         self.decide_sql = f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text)"
         self.decide_one_sql = f"SELECT {opts.schema}.{opts.table}_decide(ARRAY[%s::text], %s::text)"
         self.gcra_one_sql = f"SELECT {opts.schema}.{opts.table}_gcra_one(%s::text, %s::text)"
+        self.decide_single_sql = f"SELECT {opts.schema}.{opts.table}_decide_single(%s::text, %s::text)"
         # The statements of one key, prepared by name on each connection: the sync shell runs
         # them through libpq directly (PQexecPrepared, text in and out), a third of the
         # client's cost of a psycopg cursor.
         self.prepared: dict[str, tuple[bytes, bytes]] = {
             sql: (name, sql.replace("%s", "$1", 1).replace("%s", "$2", 1).encode())
-            for name, sql in ((b"ratekeeper_gcra_one", self.gcra_one_sql), (b"ratekeeper_decide1", self.decide_one_sql))
+            for name, sql in (
+                (b"ratekeeper_gcra_one", self.gcra_one_sql),
+                (b"ratekeeper_decide1", self.decide_one_sql),
+                (b"ratekeeper_decide_single", self.decide_single_sql),
+            )
         }
         self.reset_sql = f"SELECT {opts.schema}.{opts.table}_reset(%s)"
         self.sweep_sql = f"SELECT {opts.schema}.{opts.table}_sweep(%s)"
@@ -232,8 +242,9 @@ class PostgresCore:
     def warm_up(self) -> tuple[str, tuple[Any, ...]]:
         """A statement that compiles every function and plans every statement inside them
         in a new session, for the shells to run in a transaction they roll back: a charge
-        and a refund of every algorithm and a GCRA fast call, on keys of this session only,
-        and a sweep of nothing. So no later call compiles PL/pgSQL or plans its writes (tens
+        and a refund of every algorithm, a GCRA fast call and two charges of the single-op
+        function (one creates its row, one updates it), on keys of this session only, and a
+        sweep of nothing. So no later call compiles PL/pgSQL or plans its writes (tens
         of milliseconds on a busy server) while it holds a row lock others wait for."""
         tag = secrets.token_hex(8)
         keys = [f"ratekeeper warm-up {tag} {name}" for name in ALGORITHM_FILES]
@@ -242,11 +253,23 @@ class PostgresCore:
             spec = ["1", "1", "1", "1"] if name in ("gcra", "token_bucket", "leaky_bucket") else ["1", "1"]
             fields += ["d", str(i), name, "1", *spec, "1", "", "w"]
             fields += ["r", str(i), name, "1", *spec, "1", "", "w"]
+        single = ",0,1,d,1,fixed_window,1,2,1000000000000,1,,"
         opts = self.options
         return (
             f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text), "
-            f"{opts.schema}.{opts.table}_gcra_one(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
-            (keys, ",".join(fields), f"ratekeeper warm-up {tag}", ",d,1,1,1,1,1,"),
+            f"{opts.schema}.{opts.table}_gcra_one(%s::text, %s::text), "
+            f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), "
+            f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
+            (
+                keys,
+                ",".join(fields),
+                f"ratekeeper warm-up {tag}",
+                ",d,1,1,1,1,1,",
+                f"ratekeeper warm-up {tag} single",
+                single,
+                f"ratekeeper warm-up {tag} single",
+                single,
+            ),
         )
 
     def migration(self) -> str:
@@ -275,15 +298,25 @@ class PostgresCore:
 
     def call(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> tuple[str, tuple[Any, ...]]:
         """The statement and parameters deciding ``ops`` in one round trip: a lone decide or
-        peek of a one-limit GCRA rule takes ``<table>_gcra_one`` (the same decision without the
-        general function's dispatch), every other call ``<table>_decide``."""
-        if len(ops) == 1:
-            mode, plan, key, cost, max_wait, _ = ops[0]
+        peek takes ``<table>_gcra_one`` for a one-limit GCRA rule (the least arithmetic) and
+        ``<table>_decide_single`` for any other rule (the same decision without the general
+        function's loops and working copies); every other call takes ``<table>_decide``."""
+        if len(ops) == 1 and ops[0][0] != wire.REFUND:
+            op = ops[0]
+            mode, plan, key, cost, max_wait, lease = op
             spec = _gcra_one(plan)
-            if spec is not None and mode != wire.REFUND:
+            if spec is not None:
                 given = "" if now is None else now
                 request = f"{given},{mode},{spec},{min(cost, MAX_COST)},{'' if max_wait is None else max_wait}"
                 return self.gcra_one_sql, (wire.storage_key(self.options.prefix, plan, key), request)
+            if cost > MAX_COST:
+                op = Op((mode, plan, key, MAX_COST, max_wait, lease))
+            keys, args = wire.encode_one(op, self.options.prefix, now)
+            if atomic:
+                args[1] = "1"
+            if lease is not None and ("," in lease or "%" in lease):
+                args[-1] = _escape_lease(lease)
+            return self.decide_single_sql, (keys[0], ",".join(map(str, args)))
         if any(op[3] > MAX_COST for op in ops):
             ops = [Op((m, p, k, min(c, MAX_COST), w, lease)) for m, p, k, c, w, lease in ops]
         keys, args = wire.encode(ops, self.options.prefix, now, atomic)
