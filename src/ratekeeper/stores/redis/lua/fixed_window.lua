@@ -13,7 +13,7 @@ ALGORITHMS["fixed_window"] = {
   head = 0,
   per = 2,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
-    local windows, counts, ends = {}, {}, {}
+    local windows, counts, ends = { nil }, { nil }, { nil } -- sized for one limit (no rehash)
     local denied, retry = -1, 0
     for i = 1, n do
       local limit, period = specs[2 * i - 1], specs[2 * i]
@@ -55,7 +55,7 @@ ALGORITHMS["fixed_window"] = {
     out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
     local new = state
     if charged > 0 then
-      new = {}
+      new = { nil, nil, nil } -- sized for one limit and exp (main.lua)
       for i = 1, n do
         new[2 * i - 1] = windows[i]
         new[2 * i] = counts[i] + charged

@@ -27,7 +27,7 @@ local function gcra_ahead(state, i, now, d)
 end
 
 local function gcra_aheads(specs, n, state, now)
-  local aheads = {}
+  local aheads = { nil } -- sized for one limit (no rehash)
   for i = 1, n do
     aheads[i] = gcra_ahead(state, i, now, specs[4 * i - 2])
   end
@@ -35,6 +35,9 @@ local function gcra_aheads(specs, n, state, now)
 end
 
 local function gcra_state(now, aheads, n)
+  if n == 1 then
+    return { now, aheads[1], nil } -- sized for exp too (main.lua)
+  end
   local new = { now }
   for i = 1, n do
     new[i + 1] = aheads[i]
@@ -78,7 +81,7 @@ ALGORITHMS["gcra"] = {
   head = 1,
   per = 1,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
-    local aheads = {}
+    local aheads = { nil } -- sized for one limit (no rehash)
     local denied, wait, infinite = -1, 0, false
     for i = 1, n do
       local o = 4 * i - 4

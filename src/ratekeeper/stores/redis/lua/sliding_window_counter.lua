@@ -124,7 +124,7 @@ ALGORITHMS["sliding_window_counter"] = {
   head = 0,
   per = 3,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
-    local windows, prevs, currs, counts = {}, {}, {}, {}
+    local windows, prevs, currs, counts = { nil }, { nil }, { nil }, { nil } -- sized for one limit
     local denied, retry = -1, 0
     for i = 1, n do
       local limit, period = specs[2 * i - 1], specs[2 * i]
@@ -157,7 +157,7 @@ ALGORITHMS["sliding_window_counter"] = {
     out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
     local new = state
     if charged > 0 then
-      new = {}
+      new = { nil, nil, nil, nil } -- sized for one limit and exp (main.lua)
       for i = 1, n do
         new[3 * i - 2], new[3 * i - 1], new[3 * i] = windows[i], prevs[i], currs[i] + charged
       end

@@ -33,13 +33,21 @@ local SWL_TAIL = 512 -- bytes read from the end: the trailer (at most 61) and th
 local SWL_CHUNK = 16 -- records read at once when skipping expired entries
 local SWL_EXACT = 2 ^ 52 -- stored totals are rebased before they reach this
 
--- The formats of a record and of the trailer for widths (tw, cw), and the trailer's
--- length. Built from constant strings: the chunk runs anew on every call, so nothing is
--- cached between calls, and a number turned into a string costs a sprintf.
+-- The formats of a record and of the trailer for widths (tw, cw), the trailer's length,
+-- and the format of one record then the trailer (the usual append). Built from constant
+-- strings (a number turned into a string costs a sprintf), once per (tw, cw) a library
+-- meets: it keeps them between calls (a script builds the one it needs on every call).
 local SWL_I = { "I1", "I2", "I3", "I4", "I5", "I6", "I7" }
+local SWL_FORMATS = {}
 local function swl_format(tw, cw)
-  local t, c = SWL_I[tw], SWL_I[cw]
-  return { ">" .. t .. c, ">ddI4I4I4" .. c .. t .. c .. t .. c .. "BB", 30 + 3 * cw + 2 * tw }
+  local f = SWL_FORMATS[8 * tw + cw]
+  if f == nil then
+    local t, c = SWL_I[tw], SWL_I[cw]
+    local trailer = "ddI4I4I4" .. c .. t .. c .. t .. c .. "BB"
+    f = { ">" .. t .. c, ">" .. trailer, 30 + 3 * cw + 2 * tw, ">" .. t .. c .. trailer }
+    SWL_FORMATS[8 * tw + cw] = f
+  end
+  return f
 end
 
 -- the fewest bytes (at most 7) that hold x (an integer >= 0) unsigned
@@ -69,7 +77,7 @@ local function swl_open(key)
   -- one constructor: the table is sized once
   return { key = key, at = {}, ac = {}, changed = false, start = start, n = n, stored = n, base = base,
     whole = false, exp = exp, hint = hint, longest = 0, maxcount = 0, tw = tw, cw = cw, rw = tw + cw, rfmt = f[1],
-    tfmt = f[2], ref = ref, ft = ref + ft, fc = fc, lt = ref + lt, lc = lc, tail = raw,
+    tfmt = f[2], rtfmt = f[4], ref = ref, ft = ref + ft, fc = fc, lt = ref + lt, lc = lc, tail = raw,
     tail_from = n * (tw + cw) + f[3] - size }
 end
 
@@ -339,7 +347,7 @@ local function swl_flush(log, now, margin_ms)
   local at, ac = log.at, log.ac
   if prefix == nil and n - stored == 1 then
     -- the usual call: one record and the trailer, in one pack
-    redis.call("SETRANGE", key, stored * log.rw, struct.pack(rfmt .. string.sub(log.tfmt, 2), at[1] - ref, ac[1],
+    redis.call("SETRANGE", key, stored * log.rw, struct.pack(log.rtfmt, at[1] - ref, ac[1],
       ref, log.exp, start, n, log.hint, log.base, log.ft - ref, log.fc, log.lt - ref, log.lc, log.tw, log.cw))
     if ttl_ms ~= nil then
       redis.call("PEXPIRE", key, ttl_ms)
@@ -395,7 +403,7 @@ ALGORITHMS["sliding_window_log"] = {
     local empty = start >= n
     local base = log.base
     local total = empty and base or log.lc
-    local useds = {}
+    local useds = { nil } -- sized for one limit (no rehash)
     local denied, retry = -1, 0
     local hinted = false
     for i = 1, nl do

@@ -43,7 +43,7 @@ ALGORITHMS["token_bucket"] = {
   head = 0,
   per = 2,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
-    local levels = {}
+    local levels = { nil } -- sized for one limit (no rehash)
     local denied, wait, infinite = -1, 0, false
     for i = 1, n do
       local o = 4 * i - 4
@@ -93,7 +93,7 @@ ALGORITHMS["token_bucket"] = {
     if cost == 0 then
       return state, true, whole
     end
-    local new = {}
+    local new = { nil, nil, nil } -- sized for one limit and exp (main.lua)
     for i = 1, n do
       new[2 * i - 1] = levels[i]
       new[2 * i] = tb_last(state, i, now)
