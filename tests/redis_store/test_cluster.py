@@ -87,7 +87,12 @@ def test_async_limiter_decides_on_every_master(
         async with AsyncLimiter(redis_cluster_url, prefix=f"{key_prefix}:") as alim:
             return [[(await alim.try_acquire(rule, key, now=EPOCH_US)).allowed for _ in range(3)] for key in keys]
 
+    before = [script_calls(node) for node in redis_cluster.nodes]
     assert asyncio.run(main()) == [[True, True, False]] * 3
+    after = [script_calls(node) for node in redis_cluster.nodes]
+    # three decisions on each master (and at most one call more where the library was
+    # missing), and never a COMMAND GETKEYS round trip before an FCALL
+    assert [(3 <= a[0] - b[0] <= 4, a[1] - b[1]) for a, b in zip(after, before, strict=True)] == [(True, 0)] * 3
 
 
 @pytest.mark.parametrize("algorithm", ["token_bucket", "fixed_window", "sliding_window_log", "gcra"])

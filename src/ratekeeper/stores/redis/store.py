@@ -1,11 +1,11 @@
 """``RedisStore``: the Redis / Valkey store for ``Limiter`` (threads), over ``redis_core``.
 
-One decision is one EVALSHA of the composed script (``redis_script``), decided inside
-Redis on Redis's clock. Calls from several threads coalesce (``ThreadCoalescer``,
-``stores/coalescing.py``): while ``max_in_flight`` calls are out, further callers queue,
-and the first of them sends everything queued as one call when a call returns (so a hot
-key costs a fraction of a round trip per decision). A lone caller sends at once and pays
-nothing for this.
+One decision is one ``FCALL`` of the store's Functions library (``EVALSHA`` of the same Lua
+where the server has no Functions; ``script``), decided inside Redis on Redis's clock.
+Calls from several threads coalesce (``ThreadCoalescer``, ``stores/coalescing.py``): while
+``max_in_flight`` calls are out, further callers queue, and the first of them sends
+everything queued as one call when a call returns (so a hot key costs a fraction of a round
+trip per decision). A lone caller sends at once and pays nothing for this.
 """
 
 from __future__ import annotations

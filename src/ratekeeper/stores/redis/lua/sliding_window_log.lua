@@ -125,11 +125,12 @@ local function swl_reaching(log, lo, hi, target)
   return lo
 end
 
--- Times and totals of records i..j-1 (j <= n), the stored ones in one GETRANGE at most.
-local function swl_block(log, i, j)
-  local ts, cs = {}, {}
+-- The first record in i..j-1 (j <= n) whose time is after x (j when none), and the total
+-- of the record before it (nil when it is i). The stored ones are read in one GETRANGE at
+-- most, and unpacked only up to the answer (usually the first or second).
+local function swl_scan(log, i, j, x)
   local stored = log.stored
-  local k = i
+  local k, before = i, nil
   if k < stored and k * log.rw < log.tail_from then
     local top = j < stored and j or stored
     local raw = redis.call("GETRANGE", log.key, k * log.rw, top * log.rw - 1)
@@ -137,38 +138,52 @@ local function swl_block(log, i, j)
     while k < top do
       local t, c
       t, c, pos = struct.unpack(rfmt, raw, pos)
-      ts[#ts + 1], cs[#cs + 1] = ref + t, c
+      if ref + t > x then
+        return k, before
+      end
+      before = c
       k = k + 1
     end
   end
   while k < j do
-    ts[#ts + 1], cs[#cs + 1] = swl_rec(log, k)
+    local t, c = swl_rec(log, k)
+    if t > x then
+      return k, before
+    end
+    before = c
     k = k + 1
   end
-  return ts, cs
+  return j, before
 end
 
 -- The first record in lo..hi-1 whose time is after x (hi when none), and the total of the
 -- record before it (nil when it is lo). Starts at the hint (where the window began at the
--- last call: it moves a little per call), reading the records around it in one GETRANGE;
--- a bisection when the answer is not there. The hint is only a guess: any value is safe.
+-- last call: it moves a little per call), scanning the records from it read in one
+-- GETRANGE; a bisection when the answer is not there. The hint is only a guess: any value
+-- is safe.
 local function swl_window(log, lo, hi, x)
+  -- the oldest or the newest entry answers without a read (a log younger than the window,
+  -- or a window with nothing in it)
+  if lo == log.start and log.ft > x then
+    return lo, nil
+  end
+  if hi == log.n and log.lt <= x then
+    return hi, log.lc
+  end
   local h = log.hint
   if h > lo and h < hi then
     local last = h + SWL_CHUNK
     if last > hi then
       last = hi
     end
-    local ts, cs = swl_block(log, h - 1, last)
-    if ts[1] <= x then
-      for j = 2, #ts do
-        if ts[j] > x then
-          return h + j - 2, cs[j - 1]
-        end
+    local k, before = swl_scan(log, h - 1, last, x)
+    if k > h - 1 then -- record h - 1 is in no window after x: the answer is k, or after last
+      if k < last then
+        return k, before
       end
-      local k = swl_after(log, last, hi, x)
+      k = swl_after(log, last, hi, x)
       if k == last then
-        return k, cs[#cs]
+        return k, before
       end
       local _, c = swl_rec(log, k - 1)
       return k, c
