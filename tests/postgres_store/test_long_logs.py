@@ -35,12 +35,13 @@ SEGMENT = 64
 T0 = 1_750_000_000_000_000
 
 
-def segments(schema: str, key: str | None = None) -> list[tuple[str, int, int, int]]:
-    """(key, upto, first_t, entries) of every stored segment, oldest first."""
+def segments(schema: str, key: str | None = None) -> list[tuple[str, int, int, int, bool]]:
+    """(key, upto, first_t, entries, unit costs) of every stored segment, oldest first."""
     where = "" if key is None else "WHERE key = %s"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         return conn.execute(
-            f"SELECT key, upto::bigint, first_t, cardinality(offs) FROM {schema}.state_log {where} ORDER BY key, upto",
+            f"SELECT key, upto::bigint, first_t, cardinality(offs), rels IS NULL FROM {schema}.state_log {where} "
+            "ORDER BY key, upto",
             () if key is None else (key,),
         ).fetchall()
 
@@ -57,7 +58,14 @@ RULES = {
 }
 
 
-def long_trace(rng: random.Random, plan: Any, calls: int) -> list[tuple[int, bool, list[wire.Op]]]:
+MIXED = (0, 1, 1, 1, 1, 2, 3)
+UNIT = (0, 1, 1, 1, 1, 1, 1)
+"""Costs of the charges: with costs of 1 only, segments store no running totals."""
+
+
+def long_trace(
+    rng: random.Random, plan: Any, calls: int, costs: tuple[int, ...] = MIXED
+) -> list[tuple[int, bool, list[wire.Op]]]:
     """Calls on two keys of ``plan``: mostly charges a few ms apart (logs of hundreds of
     entries), peeks, refunds small and large, atomic pairs, clock steps back, idle gaps."""
     now = T0
@@ -79,7 +87,7 @@ def long_trace(rng: random.Random, plan: Any, calls: int) -> list[tuple[int, boo
         for _ in range(2 if atomic else rng.choice((1, 1, 1, 2))):
             key = rng.choice(("a", "a", "b"))
             kind = rng.random()
-            cost = rng.choice((0, 1, 1, 1, 1, 2, 3))
+            cost = rng.choice(costs)
             if atomic or kind < 0.85:
                 ops.append((wire.DECIDE, plan, key, cost, None, None))
             elif kind < 0.95:
@@ -90,20 +98,29 @@ def long_trace(rng: random.Random, plan: Any, calls: int) -> list[tuple[int, boo
     return out
 
 
-@pytest.mark.parametrize("limits", sorted(RULES))
-@pytest.mark.parametrize("seed", [1, 2])
-def test_long_logs_decide_as_the_reference(store: PostgresStore, schema: str, limits: str, seed: int) -> None:
+@pytest.mark.parametrize(
+    ("limits", "costs", "seed"),
+    [(limits, MIXED, seed) for limits in sorted(RULES) for seed in (1, 2)]
+    + [("one", UNIT, 1), ("two", UNIT, 1), ("three", UNIT, 2)],
+)
+def test_long_logs_decide_as_the_reference(
+    store: PostgresStore, schema: str, limits: str, costs: tuple[int, ...], seed: int
+) -> None:
     plan = Rule(f"long-{limits}", RULES[limits], "sliding_window_log").plan
-    rng = random.Random(f"long-{limits}-{seed}")
+    rng = random.Random(f"long-{limits}-{costs}-{seed}")
     model = Model()
     most = 0
-    for i, (now, atomic, ops) in enumerate(long_trace(rng, plan, 2000)):
+    kinds: set[bool] = set()
+    for i, (now, atomic, ops) in enumerate(long_trace(rng, plan, 2000, costs)):
         expected = model.run(now, atomic, ops)
         actual = store.decide_ops(ops, now=now, atomic=atomic)
         assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
         if i % 20 == 0:
-            most = max(most, len(segments(schema)))
+            held = segments(schema)
+            most = max(most, len(held))
+            kinds.update(unit for *_, unit in held)
     assert most >= 3  # the logs held several sealed segments: windows started inside them
+    assert kinds == {costs is UNIT}  # segments without running totals only when every cost is 1
 
 
 def test_async_long_log_decides_as_the_reference(pg_url: str, schema: str) -> None:

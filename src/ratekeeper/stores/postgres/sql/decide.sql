@@ -242,7 +242,7 @@ BEGIN
                 ELSE
                     expires := (expires / 1000000 + 1) * 1000000 + EXPIRY_STEP_US;
                 END IF;
-                IF logs[k] THEN
+                IF logs[k] AND s.state[5] <> 0 THEN  -- the log's segments have work (its flags)
                     s.state := @schema@.@table@_log_flush(keys[k], s.state);
                 END IF;
                 UPDATE @schema@.@table@ SET state = s.state, leases = s.leases, expires_at = expires

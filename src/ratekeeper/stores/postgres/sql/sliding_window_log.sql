@@ -12,8 +12,10 @@
 --   [2] hi      upto of the newest segment (0: none)
 --   [3] hi_t    its last_t
 --   [4] lo      upto of the oldest stored segment (0: none)
---   [5] pulled  1 in a working copy whose refund pulled a segment back into the head: the
---               segments above hi are deleted when the state is written (stored: 0)
+--   [5] flags   in a working copy, what writing it back must do to the segments: 0 nothing,
+--               1 seal or delete (the head reached SEGMENT entries, or base passed lo), 2 a
+--               refund pulled a segment back into the head: delete the segments above hi
+--               too (stored: 0)
 --   [6 .. 5+n]      the head's times, ascending
 --   [6+n .. 5+2n]   the head's running totals
 -- A state of even length is a log written before segments existed ((time, cost) pairs
@@ -45,6 +47,7 @@ CREATE OR REPLACE FUNCTION @schema@.@table@_sliding_window_log(
     OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
+    SEGMENT CONSTANT int := 64;  -- as in @table@_log_flush
     cnt int := array_length(spec, 1) / 2;
     len int := coalesce(array_length(st, 1), 0);
     n int;
@@ -52,7 +55,7 @@ DECLARE
     hi numeric;
     hi_t bigint;
     lo numeric;
-    pulled numeric := 0;
+    flags numeric := 0;
     times numeric[];
     totals numeric[];
     total numeric;
@@ -77,6 +80,7 @@ DECLARE
     sf bigint;
     so int[];
     sr int[];
+    sm int;
     remaining bigint[] := '{}';
     resets bigint[] := '{}';
 BEGIN
@@ -94,7 +98,7 @@ BEGIN
         hi := st[2];
         hi_t := st[3];
         lo := st[4];
-        pulled := st[5];
+        flags := st[5];
         n := (len - 5) / 2;
         times := st[6 : 5 + n];
         totals := st[6 + n : 5 + 2 * n];
@@ -116,7 +120,8 @@ BEGIN
             SELECT s.before, s.upto, s.first_t, s.offs, s.rels INTO sb, su, sf, so, sr
             FROM @schema@.@table@_log s WHERE s.key = lkey AND s.last_t > x ORDER BY s.last_t, s.upto LIMIT 1;
             j := width_bucket(greatest(x - sf, -1)::int, so);  -- its entries at or before x
-            before := greatest(base, CASE WHEN j = 0 THEN sb ELSE su - sr[array_length(sr, 1)] + sr[j] END);
+            before := greatest(base, CASE WHEN j = 0 THEN sb WHEN sr IS NULL THEN su - cardinality(so) + j
+                                          ELSE su - sr[cardinality(sr)] + sr[j] END);
         ELSE
             j := width_bucket(x::numeric, times);
             before := greatest(base, CASE WHEN j = 0 THEN hi ELSE totals[j] END);
@@ -144,9 +149,12 @@ BEGIN
         ELSE  -- in a segment: it becomes the head, the newer ones are deleted on write
             SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
             FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
-            m := array_length(sr, 1);
+            m := cardinality(so);
             times := ARRAY(SELECT sf + o FROM unnest(so) WITH ORDINALITY AS u (o, i) ORDER BY i);
-            totals := ARRAY(SELECT su - sr[m] + v FROM unnest(sr) WITH ORDINALITY AS u (v, i) ORDER BY i);
+            totals := ARRAY(SELECT su - m + i FROM generate_series(1, m) AS i ORDER BY i);
+            IF sr IS NOT NULL THEN
+                totals := ARRAY(SELECT su - sr[m] + v FROM unnest(sr) WITH ORDINALITY AS u (v, i) ORDER BY i);
+            END IF;
             j := width_bucket(target - 1, totals) + 1;
             times := times[1 : j];
             totals := totals[1 : j - 1] || target;
@@ -154,11 +162,14 @@ BEGIN
             FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto < su ORDER BY s.upto DESC LIMIT 1;
             hi := coalesce(hi, 0);
             hi_t := coalesce(hi_t, 0);
-            pulled := 1;
+            flags := 2;
         END IF;
         j := width_bucket(live_before, totals);  -- entries no limit counts any more are dropped
         n := coalesce(array_length(times, 1), 0);
-        new_state := ARRAY[live_before, hi, hi_t, lo, pulled] || times[j + 1 : n] || totals[j + 1 : n];
+        IF flags = 0 AND lo > 0 AND lo <= live_before THEN
+            flags := 1;
+        END IF;
+        new_state := ARRAY[live_before, hi, hi_t, lo, flags] || times[j + 1 : n] || totals[j + 1 : n];
         RETURN;
     END IF;
 
@@ -176,7 +187,12 @@ BEGIN
                 ELSE
                     SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
                     FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
-                    j := width_bucket(greatest(target - 1 - (su - sr[array_length(sr, 1)]), -1)::int, sr) + 1;
+                    sm := cardinality(so);
+                    IF sr IS NULL THEN  -- unit costs: entry j's total is su - sm + j
+                        j := greatest(target - su + sm, 1)::int;
+                    ELSE
+                        j := width_bucket(greatest(target - 1 - (su - sr[sm]), -1)::int, sr) + 1;
+                    END IF;
                     r := sf + so[j] + period - now_us;
                 END IF;
             END IF;
@@ -194,7 +210,10 @@ BEGIN
             newest := now_us;
         END IF;
         j := width_bucket(live_before, totals);  -- entries no limit counts any more are dropped
-        new_state := ARRAY[live_before, hi, hi_t, lo, pulled] || times[j + 1 : n] || newest
+        IF flags = 0 AND (n - j + 1 >= SEGMENT OR (lo > 0 AND lo <= live_before)) THEN
+            flags := 1;
+        END IF;
+        new_state := ARRAY[live_before, hi, hi_t, lo, flags] || times[j + 1 : n] || newest
             || totals[j + 1 : n] || (total + charged);
     ELSE
         new_state := st;
@@ -215,7 +234,7 @@ $$;
 CREATE OR REPLACE FUNCTION @schema@.@table@_log_flush(lkey text, st numeric[]) RETURNS numeric[]
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    SEGMENT CONSTANT int := 64;
+    SEGMENT CONSTANT int := 64;  -- entries per sealed segment
     INT_MAX CONSTANT bigint := 2147483647;
     len int := coalesce(array_length(st, 1), 0);
     n int := (len - 5) / 2;
@@ -235,7 +254,7 @@ BEGIN
     hi := st[2];
     hi_t := st[3];
     lo := st[4];
-    IF st[5] <> 0 THEN  -- a refund pulled the segment above hi back into the head
+    IF st[5] = 2 THEN  -- a refund pulled the segment above hi back into the head
         DELETE FROM @schema@.@table@_log WHERE key = lkey AND upto > hi;
         IF hi = 0 THEN
             lo := 0;
@@ -261,7 +280,9 @@ BEGIN
         INSERT INTO @schema@.@table@_log (key, upto, before, first_t, last_t, offs, rels)
         VALUES (lkey, totals[first + m - 1], greatest(base, hi), times[first], times[first + m - 1],
                 ARRAY(SELECT (times[i] - times[first])::int FROM generate_series(first, first + m - 1) AS i ORDER BY i),
-                ARRAY(SELECT (totals[i] - totals[first])::int FROM generate_series(first, first + m - 1) AS i ORDER BY i));
+                CASE WHEN totals[first + m - 1] - totals[first] = m - 1 THEN NULL  -- unit costs
+                     ELSE ARRAY(SELECT (totals[i] - totals[first])::int
+                                FROM generate_series(first, first + m - 1) AS i ORDER BY i) END);
         hi := totals[first + m - 1];
         hi_t := times[first + m - 1];
         IF lo = 0 THEN
