@@ -108,8 +108,8 @@ BEGIN
             expires := (expires / 1000000 + 1) * 1000000 + 10000000;
         END IF;
         st := res.new_state;
-        IF algo = 'sliding_window_log' THEN
-            st := @schema@.@table@_log_flush(k, st);  -- a new row's one entry seals nothing
+        IF algo = 'sliding_window_log' AND st[5] <> 0 THEN  -- the log's segments have work (its flags)
+            st := @schema@.@table@_log_flush(k, st);  -- (never for a new row's one entry)
         END IF;
         IF rid IS NULL THEN
             INSERT INTO @schema@.@table@ (key, state, leases, expires_at) VALUES (k, st, res.new_leases, expires)
