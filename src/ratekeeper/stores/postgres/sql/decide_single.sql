@@ -28,8 +28,7 @@ DECLARE
     commit_ boolean := a[4] = 'd';
     algo text := a[6];
     n_limits int := a[7];
-    width int := CASE WHEN algo IN ('gcra', 'token_bucket', 'leaky_bucket') THEN 4 ELSE 2 END;
-    at int := 8 + n_limits * width;  -- where cost is
+    at int := 8 + n_limits * CASE WHEN algo IN ('gcra', 'token_bucket', 'leaky_bucket') THEN 4 ELSE 2 END;  -- cost
     spec bigint[];
     cost bigint;
     mw bigint;
@@ -41,7 +40,6 @@ DECLARE
     wall bigint;
     now_us bigint;
     res record;
-    reply bigint[];
     life bigint := 0;
     expires bigint;
 BEGIN
@@ -79,13 +77,12 @@ BEGIN
             ELSE
                 RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
         END CASE;
-        reply := res.reply;
         IF NOT commit_ THEN
-            RETURN reply;  -- a peek
+            RETURN res.reply;  -- a peek
         END IF;
         -- Nothing to write: an unchanged state, a refused atomic call.
         EXIT WHEN (res.new_state IS NOT DISTINCT FROM st AND res.new_leases IS NOT DISTINCT FROM ls)
-                  OR (reply[1] = 0 AND a[2] = '1');
+                  OR (res.reply[1] = 0 AND a[2] = '1');
         IF res.new_state IS NULL THEN  -- whole again: no row
             IF rid IS NOT NULL THEN
                 DELETE FROM @schema@.@table@ WHERE ctid = rid;
@@ -96,17 +93,14 @@ BEGIN
             EXIT;
         END IF;
         FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
-            life := greatest(life, reply[j]);
+            life := greatest(life, res.reply[j]);
         END LOOP;
         -- As @table@_decide: the row lives a second past its whole time (a day by the wall
         -- clock when the call gave its now); never earlier than stored, and when it must
         -- move, a step of 10 s further (a busy key's updates stay HOT).
         expires := CASE WHEN given IS NULL THEN now_us + life + 1000000 ELSE wall + life + 86400000000 END;
-        IF expires <= coalesce(old_expires, 0) THEN
-            expires := old_expires;
-        ELSE
-            expires := (expires / 1000000 + 1) * 1000000 + 10000000;
-        END IF;
+        expires := CASE WHEN expires <= coalesce(old_expires, 0) THEN coalesce(old_expires, 0)
+                        ELSE (expires / 1000000 + 1) * 1000000 + 10000000 END;
         st := res.new_state;
         IF algo = 'sliding_window_log' AND st[5] <> 0 THEN  -- the log's segments have work (its flags)
             st := @schema@.@table@_log_flush(k, st);  -- (never for a new row's one entry)
@@ -124,6 +118,6 @@ BEGIN
     IF random() < 1.0 / 64 THEN
         PERFORM @schema@.@table@_sweep(100);
     END IF;
-    RETURN reply;
+    RETURN res.reply;
 END
 $$;
