@@ -29,7 +29,10 @@
 -- counts a little longer), as the reference does. Expired entries are those no limit
 -- counts (times <= now - longest period), as in the reference.
 
-local SWL_TAIL = 512 -- bytes read from the end: the trailer (at most 61) and the newest records
+-- bytes read from the end: the trailer (at most 65) and the newest records, as few as serve
+-- (a longer string costs Redis's Lua more garbage collection per call), as a constant
+-- string (a number turned into one costs a sprintf)
+local SWL_TAIL = "-128"
 local SWL_CHUNK = 16 -- records read at once when skipping expired entries
 local SWL_EXACT = 2 ^ 52 -- stored totals are rebased before they reach this
 
@@ -65,7 +68,7 @@ end
 --   tail, tail_from  the last bytes of the value and the byte offset they start at
 --   whole   true when the value must be rewritten whole (SET) at the end
 local function swl_open(key)
-  local raw = redis.call("GETRANGE", key, "-" .. SWL_TAIL, "-1")
+  local raw = redis.call("GETRANGE", key, SWL_TAIL, "-1")
   if raw == "" then
     return { key = key, at = {}, ac = {}, changed = false, start = 0, n = 0, stored = 0, base = 0,
       whole = true, exp = 0, hint = 0, longest = 0, maxcount = 0 }
