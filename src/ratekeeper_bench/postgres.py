@@ -25,9 +25,9 @@ call expires one entry and appends one), for ``LOG_DURATION`` seconds each; repo
 decisions/s, the rate over the 10-entry log's, the server's time per call (the
 ``Execution Time`` of ``EXPLAIN ANALYZE`` of the store's own statement, averaged over
 ``LOG_EXPLAINS`` calls that continue the same log), and the bytes per entry (each length
-has a state table of its own: ``pg_total_relation_size`` of it and of its segment table,
-heap, indexes and TOAST, after ``VACUUM FULL``, over the log's length; at 10 entries the
-pages' fixed size dominates).
+has a state table of its own: ``pg_total_relation_size`` of a fresh copy of its live rows
+and of its segment table's, heap, indexes and TOAST, over the log's length; at 10 entries
+the pages' fixed size dominates).
 
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
 (``python -m ratekeeper_bench.postgres``). Progress goes to standard error, the tables
@@ -240,8 +240,11 @@ def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
             size = 0
             for name in (f"{schema}.{table}", f"{schema}.{table}_log"):  # the segments, where they exist
                 if conn.execute("SELECT to_regclass(%s)", (name,)).fetchone()[0] is not None:
-                    conn.execute(f"VACUUM FULL {name}")
-                    size += int(conn.execute("SELECT pg_total_relation_size(%s)", (name,)).fetchone()[0])
+                    # The live rows in a fresh copy (indexes, TOAST and compression alike): the table
+                    # itself also holds the versions that other sessions' snapshots keep alive.
+                    conn.execute(f"CREATE TABLE {name}_live (LIKE {name} INCLUDING ALL)")
+                    conn.execute(f"INSERT INTO {name}_live SELECT * FROM {name}")
+                    size += int(conn.execute("SELECT pg_total_relation_size(%s)", (f"{name}_live",)).fetchone()[0])
         return LogCell(length, sample, total_ms / LOG_EXPLAINS, size / length)
     finally:
         limiter.close()
@@ -404,8 +407,8 @@ def render_markdown(result: PostgresBenchResult) -> str:
             f"ratekeeper's sliding log held at L entries: a limit of L per L ms, one call per ms of the call's own "
             f"time (`store.decide(op, now)`), {s.log_duration:g} s per cell. *server ms*: `Execution Time` of "
             f"`EXPLAIN ANALYZE` of the store's statement, the mean of {LOG_EXPLAINS} calls continuing the log. "
-            "*bytes per entry*: `pg_total_relation_size` of the length's own tables (state and segments, after "
-            "`VACUUM FULL`) over the length (at 10 entries, mostly the pages' fixed size).",
+            "*bytes per entry*: `pg_total_relation_size` of a fresh copy of the live rows of the length's own tables "
+            "(state and segments, with their indexes) over the length (at 10 entries, mostly the pages' fixed size).",
             "",
             "| entries | decisions/s | × the shortest | p50 ms | p99 ms | server ms per call | bytes per entry | "
             "not admitted |",
