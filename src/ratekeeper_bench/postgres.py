@@ -124,7 +124,12 @@ class LogCell:
     length: int
     sample: Sample
     server_ms: float
-    bytes_per_entry: float
+    bytes: int
+    """``pg_total_relation_size`` of a fresh copy of the live rows of the length's own tables."""
+
+    @property
+    def bytes_per_entry(self) -> float:
+        return self.bytes / self.length
 
     @property
     def rate(self) -> float:
@@ -245,7 +250,7 @@ def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
                     conn.execute(f"CREATE TABLE {name}_live (LIKE {name} INCLUDING ALL)")
                     conn.execute(f"INSERT INTO {name}_live SELECT * FROM {name}")
                     size += int(conn.execute("SELECT pg_total_relation_size(%s)", (f"{name}_live",)).fetchone()[0])
-        return LogCell(length, sample, total_ms / LOG_EXPLAINS, size / length)
+        return LogCell(length, sample, total_ms / LOG_EXPLAINS, size)
     finally:
         limiter.close()
 
@@ -421,6 +426,10 @@ def render_markdown(result: PostgresBenchResult) -> str:
                 f"{sample.p50_us / 1000:.2f} | {sample.p99_us / 1000:.2f} | {log.server_ms:.3f} | "
                 f"{log.bytes_per_entry:.1f} | {sample.calls - sample.allowed} |"
             )
+        if len(result.logs) > 1:
+            a, b = result.logs[-2], result.logs[-1]
+            added = (b.bytes - a.bytes) / (b.length - a.length)
+            out += ["", f"Bytes per entry added from {a.length:,} to {b.length:,} entries: {added:.1f}."]
         out.append("")
     out += ["What each row runs:", ""]
     out += [f"- {subj.name}: {subj.how}" for subj in SUBJECTS if subj.name in result.subjects]
