@@ -111,6 +111,7 @@ def _tail(path: Path, lines: int = 20) -> str:
 
 # --- process bookkeeping ------------------------------------------------------------------
 
+
 class _Closable:
     """Something that owns processes and a directory; ``close()`` ends and removes them all."""
 
@@ -233,16 +234,45 @@ class RedisServer(_Closable):
             conf = self.dir / f"{self.name}.conf"
             if not conf.exists():
                 conf.write_text(self._config_text or "")
-            return [self._binary, str(conf), "--sentinel", "--port", str(self.port), "--bind", HOST,
-                    "--daemonize", "no", "--dir", str(self.dir), *self.extra_args]
+            return [
+                self._binary,
+                str(conf),
+                "--sentinel",
+                "--port",
+                str(self.port),
+                "--bind",
+                HOST,
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self.dir),
+                *self.extra_args,
+            ]
         args = [self._binary]
         if self._config_text is not None:
             conf = self.dir / f"{self.name}.conf"
             conf.write_text(self._config_text)
             args.append(str(conf))
-        return [*args, "--port", str(self.port), "--bind", HOST, "--save", "", "--appendonly", "no",
-                "--daemonize", "no", "--dir", str(self.dir), "--protected-mode", "no",
-                "--repl-diskless-sync-delay", "0", *self.extra_args]
+        return [
+            *args,
+            "--port",
+            str(self.port),
+            "--bind",
+            HOST,
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self.dir),
+            "--protected-mode",
+            "no",
+            "--repl-diskless-sync-delay",
+            "0",
+            *self.extra_args,
+        ]
 
     def start(self, timeout: float = START_TIMEOUT) -> None:
         """Start the server (on its port) and wait until it answers PING."""
@@ -371,8 +401,16 @@ class SentinelSet(_Closable):
                 self.sentinels.append(sentinel)
                 with sentinel.client() as conn:
                     conn.execute_command(
-                        "SENTINEL", "DEBUG", "info-period", 250, "publish-period", 250,
-                        "tilt-trigger", 60000, "tilt-period", 1000,
+                        "SENTINEL",
+                        "DEBUG",
+                        "info-period",
+                        250,
+                        "publish-period",
+                        250,
+                        "tilt-trigger",
+                        60000,
+                        "tilt-period",
+                        1000,
                     )
             self.wait_ready(timeout)
         except BaseException:
@@ -430,14 +468,12 @@ class SentinelSet(_Closable):
         with sentinel.client(1.0) as conn:
             replicas: Any = conn.execute_command("SENTINEL", "REPLICAS", self.service)
             others: Any = conn.execute_command("SENTINEL", "SENTINELS", self.service)
-        healthy = [
-            r for r in replicas
-            if _field(r, "flags") == "slave" and _field(r, "master-link-status") == "ok"
-        ]
+        healthy = [r for r in replicas if _field(r, "flags") == "slave" and _field(r, "master-link-status") == "ok"]
         return len(healthy) == len(self.redis) - 1 and len(others) == self.SENTINELS - 1
 
     def wait_ready(self, timeout: float = 20.0) -> None:
         """Wait until one node is master, the other replicates it, and every sentinel knows both and its peers."""
+
         def ready() -> bool:
             port = self.master_port()
             if _role(port) != "master":
@@ -532,7 +568,10 @@ class RedisCluster(_Closable):
                 self.nodes.append(self._start_node(node_dir, f"node{i}"))
             create = subprocess.run(
                 [cli, "--cluster", "create", *(f"{HOST}:{n.port}" for n in self.nodes), "--cluster-yes"],
-                capture_output=True, text=True, timeout=timeout, check=False,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
             )
             if create.returncode != 0:
                 raise ServerError(f"redis-cli --cluster create failed:\n{create.stdout}\n{create.stderr}")
@@ -550,10 +589,14 @@ class RedisCluster(_Closable):
                     directory=node_dir,
                     name=name,
                     extra_args=[
-                        "--cluster-enabled", "yes",
-                        "--cluster-config-file", str(node_dir / "nodes.conf"),
-                        "--cluster-port", str(free_port()),
-                        "--cluster-node-timeout", "5000",
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(node_dir / "nodes.conf"),
+                        "--cluster-port",
+                        str(free_port()),
+                        "--cluster-node-timeout",
+                        "5000",
                     ],
                 )
             except ServerError:
@@ -693,8 +736,21 @@ def _initdb_template() -> Path:
             _chown_postgres(root)
             data = root / "data"
             done = _as_postgres(
-                [initdb, "-D", str(data), "-A", "trust", "-U", _PG_USER, "-E", "UTF8", "--locale", "C.UTF-8",
-                 "--no-sync", "--no-instructions"],
+                [
+                    initdb,
+                    "-D",
+                    str(data),
+                    "-A",
+                    "trust",
+                    "-U",
+                    _PG_USER,
+                    "-E",
+                    "UTF8",
+                    "--locale",
+                    "C.UTF-8",
+                    "--no-sync",
+                    "--no-instructions",
+                ],
                 timeout=60,
             )
             if done.returncode != 0:
@@ -727,8 +783,13 @@ class PostgresServer(_Closable):
         _register(self)
         try:
             _chown_postgres(self.dir)
-            copy = subprocess.run(["cp", "-a", str(_initdb_template()), str(self.data)],
-                                  capture_output=True, text=True, timeout=60, check=False)
+            copy = subprocess.run(
+                ["cp", "-a", str(_initdb_template()), str(self.data)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
             if copy.returncode != 0:
                 raise ServerError(f"copying the initdb template failed: {copy.stderr}")
             self.socket_dir.mkdir()
@@ -793,8 +854,10 @@ class PostgresServer(_Closable):
                 with (self.data / "postgresql.conf").open("a") as f:
                     f.write(f"port = {self.port}\n")  # the last setting wins
                 continue
-            raise ServerError(f"pg_ctl start failed on port {self.port}:\n{done.stdout}{done.stderr}\n"
-                              f"log {self.log_path}:\n{_tail(self.log_path)}")
+            raise ServerError(
+                f"pg_ctl start failed on port {self.port}:\n{done.stdout}{done.stderr}\n"
+                f"log {self.log_path}:\n{_tail(self.log_path)}"
+            )
         wait_until(self._accepts, timeout, f"postgres to accept connections on port {self.port}")
         self._fixed_port = True
 

@@ -190,9 +190,9 @@ def _try_it(settings: Settings) -> str:
     check = f"curl -i {base}/v1/check -H 'content-type: application/json' -d"
     return (
         "Try it from another terminal:\n"
-        f"  {check} '{{\"rule\": \"items.list\", \"key\": \"alice\"}}'   # 200; again within 2 s: 429\n"
-        f"  {check} '{{\"checks\": [{{\"rule\": \"items.list\", \"key\": \"bob\"}}, "
-        f"{{\"rule\": \"auth.create_token\", \"key\": \"10.0.0.7\"}}]}}'   # all or nothing\n"
+        f'  {check} \'{{"rule": "items.list", "key": "alice"}}\'   # 200; again within 2 s: 429\n'
+        f'  {check} \'{{"checks": [{{"rule": "items.list", "key": "bob"}}, '
+        f'{{"rule": "auth.create_token", "key": "10.0.0.7"}}]}}\'   # all or nothing\n'
         f"  curl -s {base}/metrics | grep ratekeeper_decisions\n"
         f"  curl -s {base}/openapi.json\n"
     )
