@@ -117,6 +117,10 @@ FLOOR_LIBRARY = f"#!lua name={FLOOR_FUNCTION}\nredis.register_function('{FLOOR_F
 """The ``FCALL`` floor: a library whose one function returns 1."""
 
 
+BURST = 3000
+BURST_SAMPLES = 7
+"""Back to back: ``BURST`` calls pipelined 100 at a time per sample, the least of ``BURST_SAMPLES``."""
+
 SCENARIOS = ("hot_key", "many_keys")
 MODES = ("sync", "async")
 WARM_CALLS = 20
@@ -166,6 +170,9 @@ class CostCell:
     denied: int = 0
     command: str = "EVALSHA"
     """The command whose server time was measured (``FCALL`` or ``EVALSHA``)."""
+    back_to_back: float = 0.0
+    """µs per call when Redis runs the same calls back to back (``BURST`` pipelined, the
+    least of ``BURST_SAMPLES``); 0 where not measured (the log-length cells)."""
 
 
 @dataclass(slots=True)
@@ -351,10 +358,11 @@ def _script_stats(client: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _cost_cell(client: Any, subject: str, decide: Any, duration: float) -> CostCell:
+def _cost_cell(client: Any, subject: str, decide: Any, duration: float, burst: Any = None) -> CostCell:
     """``decide()`` back to back for ``duration`` s after a warm-up; the server's µs per
     call of the command it sent (``FCALL`` or ``EVALSHA``: the change of ``INFO
-    commandstats`` over the cell)."""
+    commandstats`` over the cell). With ``burst`` (which sends that many of the same calls
+    pipelined), also the µs per call when Redis runs them back to back."""
     for _ in range(WARM_CALLS):
         decide("warm")
     before = _script_stats(client)
@@ -364,6 +372,16 @@ def _cost_cell(client: Any, subject: str, decide: Any, duration: float) -> CostC
     command = max(SCRIPT_COMMANDS, key=lambda c: after[c][0] - before[c][0])
     calls = after[command][0] - before[command][0]
     usec = after[command][1] - before[command][1]
+    back_to_back = 0.0
+    if burst is not None:
+        samples = []
+        for _ in range(BURST_SAMPLES):
+            start = _script_stats(client)[command]
+            burst(BURST)
+            end = _script_stats(client)[command]
+            if end[0] > start[0]:
+                samples.append((end[1] - start[1]) / (end[0] - start[0]))
+        back_to_back = min(samples, default=0.0)
     return CostCell(
         subject,
         sample.rate,
@@ -372,21 +390,44 @@ def _cost_cell(client: Any, subject: str, decide: Any, duration: float) -> CostC
         sample.errors,
         sample.calls - sample.allowed - sample.errors,
         command.upper(),
+        back_to_back,
     )
 
 
-def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any]]:
-    """(label, decide, close) of every server-cost cell, the floor first."""
+def _pipelined(client: Any, *command: Any) -> Any:
+    """A ``burst(count)`` sending ``command`` ``count`` times, pipelined 100 at a time."""
+
+    def burst(count: int) -> None:
+        for start in range(0, count, 100):
+            pipe = client.pipeline(transaction=False)
+            for _ in range(min(100, count - start)):
+                pipe.execute_command(*command)
+            pipe.execute()
+
+    return burst
+
+
+def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any, Any]]:
+    """(label, decide, close, burst) of every server-cost cell, the floors first; ``burst``
+    sends a cell's own call back to back (None for the log-length cells, whose calls each
+    carry their own time)."""
     import redis
 
     from ratekeeper import Limit, Limiter, Rule
     from ratekeeper.op import Op
+    from ratekeeper.stores import wire
+    from ratekeeper.stores.redis.script import LIBRARY, script_of
     from ratekeeper_bench.redis_peers import RATEKEEPER_ALGORITHMS
 
     client: Any = redis.Redis.from_url(url, single_connection_client=True)
     sha = client.script_load("return 1")
-    out: list[tuple[str, Any, Any]] = [
-        ("redis-py `EVALSHA` of `return 1`", lambda key: client.evalsha(sha, 1, prefix + key) == 1, client.close)
+    out: list[tuple[str, Any, Any, Any]] = [
+        (
+            "redis-py `EVALSHA` of `return 1`",
+            lambda key: client.evalsha(sha, 1, prefix + key) == 1,
+            client.close,
+            _pipelined(client, "EVALSHA", sha, 1, prefix + "k"),
+        )
     ]
     fclient: Any = redis.Redis.from_url(url, single_connection_client=True)
     try:
@@ -399,13 +440,26 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any]]:
                 "redis-py `FCALL` of `return 1`",
                 lambda key: fclient.fcall(FLOOR_FUNCTION, 1, prefix + key) == 1,
                 fclient.close,
+                _pipelined(fclient, "FCALL", FLOOR_FUNCTION, 1, prefix + "k"),
             )
         )
 
-    def limiter_cell(label: str, rule: Rule) -> tuple[str, Any, Any]:
+    def limiter_cell(label: str, rule: Rule) -> tuple[str, Any, Any, Any]:
         limiter = Limiter(url, prefix=f"{prefix}{len(out)}:")
         acquire = limiter.try_acquire
-        return label, lambda key: acquire(rule, key).allowed, limiter.close
+        store: Any = limiter.store
+
+        def burst(count: int) -> None:
+            # the store's own call for try_acquire(rule, "k"), as it sends it (FCALL, or
+            # EVALSHA of the rule's script where the server has no Functions)
+            keys, args = wire.encode_one(Op.decide(rule.plan, "k", 1), store.core.prefix, None)
+            if store.functions is False:
+                command: tuple[Any, ...] = ("EVALSHA", script_of(rule.plan.algorithm.name).sha)
+            else:
+                command = ("FCALL", LIBRARY.function)
+            _pipelined(store.client, *command, len(keys), *keys, *args)(count)
+
+        return label, lambda key: acquire(rule, key).allowed, limiter.close, burst
 
     for algorithm in (*RATEKEEPER_ALGORITHMS, "leaky_bucket"):
         out.append(limiter_cell(f"{algorithm}, one limit", Rule("cost", [str(SPEC)], algorithm=algorithm)))
@@ -423,7 +477,7 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any]]:
         def at_length(key: str, decide_at: Any = decide_at, op: Any = op, clock: Any = clock) -> bool:
             return bool(decide_at(op, next(clock)).allowed)
 
-        out.append((f"sliding_window_log, {length:,} entries", at_length, limiter.close))
+        out.append((f"sliding_window_log, {length:,} entries", at_length, limiter.close, None))
     return out
 
 
@@ -490,9 +544,9 @@ def measure_costs(
     cells: list[CostCell] = []
     client: Any = redis.Redis.from_url(url)
     try:
-        for label, decide, close in _cost_subjects(url, prefix):
+        for label, decide, close, burst in _cost_subjects(url, prefix):
             try:
-                cell = _cost_cell(client, label, decide, duration)
+                cell = _cost_cell(client, label, decide, duration, burst)
                 cells.append(cell)
                 summary = f"{report.format_rate(cell.rate)} decisions/s, {cell.usec_per_call:.2f} µs per {cell.command}"
             except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
@@ -794,16 +848,20 @@ def render_costs(result: RedisBenchResult) -> list[str]:
         "on a server without Functions) in `INFO commandstats` across the cell (the server's own time per "
         "call); *− floor*: over the same command returning 1. A sliding log *of L entries*: a limit of L per L ms "
         "and one call per ms of the call's own time (`store.decide(op, now)`), so each call expires one entry "
-        f"and appends one; the log was full before the cell started. Other rows: `Limiter.try_acquire` under {SPEC}.",
+        f"and appends one; the log was full before the cell started. Other rows: `Limiter.try_acquire` under {SPEC}. "
+        f"*Back to back*: the same call (the store's own) sent {BURST:,} times pipelined, the least µs per call of "
+        f"{BURST_SAMPLES} samples: what a busy Redis pays (one call per round trip costs it more, and varies more).",
         "",
-        "| subject | command | decisions/s | × floor | Redis µs per call | − floor µs | denied | errors |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| subject | command | decisions/s | × floor | Redis µs per call | − floor µs | back to back µs | "
+        "denied | errors |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for cell in result.costs:
         floor = floors.get(cell.command, result.costs[0])
+        back = f"{cell.back_to_back:.2f}" if cell.back_to_back else ""
         out.append(
             f"| {cell.subject} | {cell.command} | {report.format_rate(cell.rate)} | {_times(cell.rate, floor.rate)} | "
-            f"{cell.usec_per_call:.2f} | {cell.usec_per_call - floor.usec_per_call:+.2f} | {cell.denied} | "
+            f"{cell.usec_per_call:.2f} | {cell.usec_per_call - floor.usec_per_call:+.2f} | {back} | {cell.denied} | "
             f"{cell.errors} |"
         )
     out.append("")
