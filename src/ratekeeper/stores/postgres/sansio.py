@@ -91,6 +91,12 @@ MAX_BATCH = 256
 """The most ops one coalesced statement carries."""
 MAX_COST = 1 << 62
 """Costs above this are sent as this: every capacity is smaller, so the decision is the same."""
+LOG_WARM_STATE = [1, 1, 0, 1, 2, *range(64), *range(2, 66)]
+"""A sliding log's working state (``sql/sliding_window_log.sql``) whose write-back runs every
+segment statement: a pulled-back segment to delete (flags 2, above hi = 1), dropped ones
+(lo = 1 <= base = 1) and a head of 64 entries to seal."""
+LOG_IN_SEGMENTS = [0, 100, 999, 1, 0]
+"""A sliding log state whose newest segment (upto 100, last time 999) holds every entry."""
 
 
 def _identifier(name: str, value: Any) -> str:
@@ -243,9 +249,12 @@ class PostgresCore:
         """A statement that compiles every function and plans every statement inside them
         in a new session, for the shells to run in a transaction they roll back: a charge
         and a refund of every algorithm, a GCRA fast call and two charges of the single-op
-        function (one creates its row, one updates it), on keys of this session only, and a
-        sweep of nothing. So no later call compiles PL/pgSQL or plans its writes (tens
-        of milliseconds on a busy server) while it holds a row lock others wait for."""
+        function (one creates its row, one updates it), on keys of this session only, a
+        sweep of nothing, and the sliding log's segment statements: a write-back that
+        deletes and seals (``LOG_WARM_STATE``), a denial and a refund whose window starts in
+        a segment (none exists: the lookups find nothing). So no later call compiles PL/pgSQL
+        or plans its writes (tens of milliseconds on a busy server) while it holds a row lock
+        others wait for."""
         tag = secrets.token_hex(8)
         keys = [f"ratekeeper warm-up {tag} {name}" for name in ALGORITHM_FILES]
         fields: list[str] = ["", "0", str(2 * len(ALGORITHM_FILES))]
@@ -255,11 +264,15 @@ class PostgresCore:
             fields += ["r", str(i), name, "1", *spec, "1", "", "w"]
         single = ",0,1,d,1,fixed_window,1,2,1000000000000,1,,"
         opts = self.options
+        log = f"{opts.schema}.{opts.table}_sliding_window_log"
         return (
             f"SELECT {opts.schema}.{opts.table}_decide(%s::text[], %s::text), "
             f"{opts.schema}.{opts.table}_gcra_one(%s::text, %s::text), "
             f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), "
-            f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0)",
+            f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0), "
+            f"{opts.schema}.{opts.table}_log_flush(%s::text, %s::numeric[]), "
+            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 1, false), "
+            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 50, true)",
             (
                 keys,
                 ",".join(fields),
@@ -269,6 +282,12 @@ class PostgresCore:
                 single,
                 f"ratekeeper warm-up {tag} single",
                 single,
+                f"ratekeeper warm-up {tag} log",
+                LOG_WARM_STATE,
+                f"ratekeeper warm-up {tag} log",
+                LOG_IN_SEGMENTS,
+                f"ratekeeper warm-up {tag} log",
+                LOG_IN_SEGMENTS,
             ),
         )
 
