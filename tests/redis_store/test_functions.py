@@ -17,7 +17,7 @@ from ratekeeper.op import Op
 from ratekeeper.stores.redis.script import ALGORITHM_FILES, LIBRARY, Library, _read, script_of
 from ratekeeper.stores.redis.store import RedisStore
 from ratekeeper.stores.redis.store_async import AsyncRedisStore
-from servers import RedisServer
+from servers import RedisCluster, RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -163,3 +163,32 @@ def test_a_refusal_that_is_not_about_functions_is_an_error_and_changes_nothing(r
         remaining_after(store, 1)
     assert store.functions is True
     store.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_on_a_cluster_the_first_miss_loads_the_library_on_every_primary(
+    redis_cluster: RedisCluster, redis_cluster_url: str, key_prefix: str, mode: str
+) -> None:
+    """A Cluster whose masters all lost the library: one decision loads it on its key's
+    master and on the others, so a later call on any master finds it."""
+    for node in redis_cluster.nodes:
+        with node.client() as conn:
+            conn.function_flush()
+
+    def one_decision() -> int:
+        if mode == "sync":
+            store = RedisStore(redis_cluster_url, prefix=f"{key_prefix}:")
+            remaining = store.decide(Op.decide(PLAN, "user-1", 1), EPOCH_US).remaining
+            store.close()
+            return remaining
+
+        async def run() -> int:
+            astore = AsyncRedisStore(redis_cluster_url, prefix=f"{key_prefix}:")
+            remaining = (await astore.decide(Op.decide(PLAN, "user-1", 1), EPOCH_US)).remaining
+            await astore.aclose()
+            return remaining
+
+        return asyncio.run(run())
+
+    assert one_decision() == 4
+    assert [libraries(node) for node in redis_cluster.nodes] == [[LIBRARY.name]] * len(redis_cluster.nodes)
