@@ -40,7 +40,7 @@ def segments(schema: str, key: str | None = None) -> list[tuple[str, int, int, i
     where = "" if key is None else "WHERE key = %s"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         return conn.execute(
-            f"SELECT key, upto::bigint, first_t, cardinality(offs), rels IS NULL FROM {schema}.state_log {where} "
+            f"SELECT key, upto, first_t, cardinality(offs), rels IS NULL FROM {schema}.state_log {where} "
             "ORDER BY key, upto",
             () if key is None else (key,),
         ).fetchall()
@@ -276,3 +276,53 @@ def test_threads_on_one_long_log_admit_exactly_the_limit(pg_url: str, schema: st
         t.join()
     assert sum(admitted) == 300
     assert len(segments(schema)) == 300 // SEGMENT
+
+
+@pytest.mark.parametrize(
+    ("limits", "costs", "gaps", "base"),
+    [
+        # Costs past int4: segments are cut early (a running total relative to the first entry must fit).
+        ([Limit.from_us(2**40, 60_000_000)], (1, 2**31 - 1, 2**31, 2**33, 5), (1, 1_000, 50_000), 0),
+        # Running totals past bigint (a log that has admitted 2**64 already): numeric throughout.
+        ([Limit.from_us(2**50, 60_000_000), Limit.from_us(2**45 + 3, 1_000_000)], (1, 7, 2**44), (1, 70_000), 2**64),
+        # Gaps past int4 µs (35 minutes) inside a two-day window: segments cut early on time.
+        (
+            [Limit.from_us(500, 2 * 86_400_000_000)],
+            (1, 1, 2),
+            (1,) * 6 + (1_000,) * 6 + (2**31 - 1, 2**31, 3 * 10**9),
+            0,
+        ),
+    ],
+    ids=["costs-past-int4", "totals-past-bigint", "gaps-past-int4"],
+)
+def test_long_logs_with_large_numbers_decide_as_the_reference(
+    store: PostgresStore, schema: str, limits: list[Limit], costs: tuple[int, ...], gaps: tuple[int, ...], base: int
+) -> None:
+    plan = Rule("large", limits, "sliding_window_log").plan
+    rng = random.Random(f"large-{limits}")
+    model = Model()
+    if base:  # the same log, emptied after admitting ``base``, in the store and in the reference
+        store.decide(Op.peek(plan, "warm", 1), now=T0)  # installs the schema
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(
+                f"INSERT INTO {schema}.state (key, state, expires_at) VALUES (%s, %s::numeric[], %s)",
+                (wire.storage_key("", plan, "k"), [base, 0, 0, 0, 0], 2**62),
+            )
+        model.states[wire.storage_key("", plan, "k")] = (base, [], [], 0, 0)
+    now = T0
+    for i in range(600):
+        now += rng.choice(gaps)
+        kind = rng.random()
+        if kind < 0.85:
+            op: wire.Op = (wire.DECIDE, plan, "k", rng.choice(costs), None, None)
+        elif kind < 0.95:
+            op = (wire.PEEK, plan, "k", rng.choice(costs), None, None)
+        else:
+            op = (wire.REFUND, plan, "k", rng.choice(costs), None, None)
+        assert model.run(now, False, [op]) == store.decide_ops([op], now=now), f"call {i} at now={now}: {op}"
+    held = segments(schema)
+    assert len(held) >= 3
+    if base:
+        assert min(upto for _, upto, *_ in held) > 2**64
+    else:
+        assert min(entries for _, _, _, entries, _ in held) < SEGMENT  # some were cut early
