@@ -237,13 +237,18 @@ def test_async_cluster_store_is_usable_again_once_a_dead_node_is_back(key_prefix
 # -- main.lua: batches --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("by", ["FCALL", "EVALSHA"])
 @pytest.mark.parametrize("algorithm", ["gcra", "token_bucket", "fixed_window", "sliding_window_log", "concurrency"])
-def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisStore, algorithm: str) -> None:
+def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisStore, algorithm: str, by: str) -> None:
     """One script call carrying many ops (what coalescing sends): two rules of the same
     algorithm and limit count but other values, two keys, decides, peeks and refunds,
     the clock stepping back. main.lua parses a rule's limits once for consecutive ops of
-    the same rule: a rule that differs only in its values must not be taken for it."""
+    the same rule: a rule that differs only in its values must not be taken for it. The
+    same by EVALSHA of the composed script (a server without Functions)."""
     import random
+
+    if by == "EVALSHA":
+        store.functions = False
 
     from refund_reference import refund_as_stores
 
