@@ -326,3 +326,25 @@ def test_long_logs_with_large_numbers_decide_as_the_reference(
         assert min(upto for _, upto, *_ in held) > 2**64
     else:
         assert min(entries for _, _, _, entries, _ in held) < SEGMENT  # some were cut early
+
+
+@pytest.mark.parametrize(("first", "later"), [(True, True), (False, True), (True, False)])
+def test_the_segment_table_has_the_state_tables_persistence(schema: str, first: bool, later: bool) -> None:
+    """UNLOGGED or not as the state table (a crash empties both or neither), also when the
+    segment table is created by a later version on a state table that already exists."""
+    for step, unlogged in enumerate((first, later)):
+        store = PostgresStore(PG_URL, schema=schema, unlogged=unlogged)
+        try:
+            store.migrate()
+        finally:
+            store.close()
+        if step == 0:  # as an install from before segments: no segment table, older functions
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f"DROP TABLE {schema}.state_log")
+                conn.execute(f"COMMENT ON FUNCTION {schema}.state_decide(text[], text) IS 'ratekeeper older'")
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT relname, relpersistence FROM pg_class WHERE oid IN (%s::regclass, %s::regclass) ORDER BY relname",
+            (f"{schema}.state", f"{schema}.state_log"),
+        ).fetchall()
+    assert found == [("state", "u" if first else "p"), ("state_log", "u" if first else "p")]
