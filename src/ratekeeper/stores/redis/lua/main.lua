@@ -21,9 +21,9 @@
 --               same table when nothing changed), whether it admitted, and the µs until
 --               the state is whole (the longest reset)
 --   refund(specs, n, state, now, cost, lease)  the state after giving cost back (nil: none)
---   head, per   a state of numbers: head + per * n doubles, stored with struct (FORMATS)
---               followed by one more double, exp: the time (µs, on the clock of now) until
---               which the key's TTL was set to last
+--   head, per   a state of numbers: head + per * n doubles, stored with struct after a tag
+--               byte (TAGGED, STATE_TAG), followed by one more double, exp: the time (µs,
+--               on the clock of now) until which the key's TTL was set to last
 --   msgpack     instead: a state stored with cmsgpack (concurrency: its lease ids)
 --   open/flush  instead: a state read and written in place (the sliding log): open reads
 --               what the call needs, decide (with dry = true for a peek) changes the
@@ -61,11 +61,20 @@ local function read_numbers(key, algo, n)
     return nil, 0
   end
   local k = algo.head + algo.per * n + 1
-  if #raw ~= 8 * k then
-    error("ratekeeper: the value at " .. key .. " is not a state of this rule")
+  if #raw == 8 * k + 1 and raw:byte(1) == STATE_TAG then
+    local state = { struct.unpack(FORMATS[k] or doubles_format(k), raw, 2) }
+    return state, state[k]
   end
-  local state = { struct.unpack(FORMATS[k] or doubles_format(k), raw) }
-  return state, state[k]
+  local first = raw:byte(1)
+  if first and (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then
+    -- a state an earlier version stored with cmsgpack (the same fields, without exp): read
+    -- it as such; its next write stores it in this encoding, with the TTL set again (exp 0)
+    local state = cmsgpack.unpack(raw)
+    if type(state) == "table" and #state == k - 1 then
+      return state, 0
+    end
+  end
+  error("ratekeeper: the value at " .. key .. " is not a state of this rule")
 end
 
 -- Write a state of numbers: its fields, then exp (the TTL's reach), SET ... KEEPTTL while
@@ -75,11 +84,11 @@ local function write_numbers(key, algo, n, state, exp, now, whole_us, margin_ms)
   local need = now + whole_us + margin_ms * 1000
   if need <= exp then
     state[k] = exp
-    return redis.call("SET", key, struct.pack(FORMATS[k] or doubles_format(k), unpack(state, 1, k)), "KEEPTTL")
+    return redis.call("SET", key, struct.pack(TAGGED[k] or tagged_format(k), STATE_TAG, unpack(state, 1, k)), "KEEPTTL")
   end
   local ttl_ms = math.ceil(whole_us / 1000) + margin_ms + math.ceil(margin_ms / 4)
   state[k] = now + ttl_ms * 1000
-  return redis.call("SET", key, struct.pack(FORMATS[k] or doubles_format(k), unpack(state, 1, k)), "PX", ttl_ms)
+  return redis.call("SET", key, struct.pack(TAGGED[k] or tagged_format(k), STATE_TAG, unpack(state, 1, k)), "PX", ttl_ms)
 end
 
 -- The spec fields argv[at .. at + width - 1] as numbers, in a table made at its size

@@ -44,6 +44,17 @@ local function doubles_format(k)
   return FORMATS[k] or "<" .. string.rep("d", k)
 end
 
+-- The same, after one tag byte (STATE_TAG) that the value starts with: a state of doubles
+-- is told apart from the cmsgpack array that earlier versions stored (its first byte is
+-- 0x90 to 0x9f, or 0xdc / 0xdd), which is read once and written in this encoding.
+local STATE_TAG = 1
+local TAGGED = { "<Bd", "<Bdd", "<Bddd", "<Bdddd", "<Bddddd", "<Bdddddd", "<Bddddddd", "<Bdddddddd",
+  "<Bddddddddd", "<Bdddddddddd", "<Bddddddddddd", "<Bdddddddddddd", "<Bddddddddddddd" }
+
+local function tagged_format(k)
+  return TAGGED[k] or "<B" .. string.rep("d", k)
+end
+
 -- Redis forbids global variables in scripts: everything here and in the algorithm files
 -- is a local of the one composed chunk, visible to the files after it (gcra.lua comes
 -- before leaky_bucket.lua, which reuses its helpers). And a file's top level reaches no
