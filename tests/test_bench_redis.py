@@ -11,7 +11,7 @@ import redis as redis_py
 
 from ratekeeper_bench import redis as bench
 from ratekeeper_bench.latency import Sample, percentile, time_sync
-from ratekeeper_bench.redis_peers import LIBRARIES, floor_subjects, subjects
+from ratekeeper_bench.redis_peers import LIBRARIES, RATEKEEPER_ALGORITHMS, floor_subjects, subjects
 
 
 def test_percentile_is_the_nearest_rank_in_microseconds() -> None:
@@ -148,3 +148,12 @@ def test_server_cost_has_every_algorithm_and_the_log_lengths_and_every_call_admi
     wrong = [c for c in tiny.costs if not (c.calls > 0 and c.usec_per_call > 0 and c.errors == 0 and c.denied == 0)]
     assert wrong == []
     assert "### Redis CPU per decision, and the sliding log by length" in tiny.to_markdown()
+
+
+@pytest.mark.redis
+def test_the_asyncio_split_has_every_algorithm_in_both_scenarios_and_the_floors(tiny: bench.RedisBenchResult) -> None:
+    cells = {(c.algorithm, c.scenario) for c in tiny.split}
+    assert cells == {(a, s) for a in RATEKEEPER_ALGORITHMS for s in ("hot_key", "many_keys")}
+    assert [c for c in tiny.split if c.errors or c.client_us <= 0 or c.server_us <= 0 or c.per_call < 1] == []
+    assert len(tiny.split_floors) == 2
+    assert "where a decision's time goes" in tiny.to_markdown()

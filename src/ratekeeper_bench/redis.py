@@ -29,7 +29,12 @@ prefix; never ``FLUSHDB``, never ``KEYS``). Four parts:
    server's µs per call of the command each decision ran (``FCALL`` of the store's
    library, or ``EVALSHA`` on a server without Functions; ``INFO commandstats``, the
    change over the cell), each over the floor of the same command.
-5. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
+5. **Where an asyncio decision's time goes** (``asyncio_split``), on the same server as
+   part 4: for every ratekeeper algorithm, ``--tasks`` tasks on one ``AsyncLimiter``, one
+   hot key and ``--keys`` keys: decisions/s, the client's CPU and Redis's CPU per
+   decision, decisions per script call; and the client-only floors (asyncio alone; the
+   coalescer with the wire format and no server).
+6. The Markdown tables (standard output and ``--markdown PATH``); progress on standard
    error.
 
 Defaults take about three to four minutes (17 subjects x 2 scenarios x 2 modes x 2 s,
@@ -57,11 +62,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
 from ratekeeper_bench import report
+from ratekeeper_bench.asyncio_split import FloorCell, SplitCell, measure_floors, measure_split, render_split
 from ratekeeper_bench.latency import Sample, Target, time_sync, time_tasks
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper_bench.peers import LimitSpec, library_version
 from ratekeeper_bench.redis_peers import (
     LIBRARIES,
+    RATEKEEPER_ALGORITHMS,
     UNBATCHED,
     RedisSubject,
     floor_subjects,
@@ -195,6 +202,8 @@ class RedisBenchResult:
     costs: list[CostCell] = field(default_factory=list)
     cost_server: str = ""
     """Where the server-cost part ran (a private redis-server, or ``url``)."""
+    split: list[SplitCell] = field(default_factory=list)
+    split_floors: list[FloorCell] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
     failures: list[tuple[str, str]] = field(default_factory=list)
     """(step, error) of every step that raised."""
@@ -417,7 +426,6 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any, Any]]:
     from ratekeeper.op import Op
     from ratekeeper.stores import wire
     from ratekeeper.stores.redis.script import LIBRARY, script_of
-    from ratekeeper_bench.redis_peers import RATEKEEPER_ALGORITHMS
 
     client: Any = redis.Redis.from_url(url, single_connection_client=True)
     sha = client.script_load("return 1")
@@ -576,6 +584,7 @@ class Settings:
     coalescing: bool = True
     cost: bool = True
     cost_on_url: bool = False
+    split: bool = True
 
 
 def run_redis_bench(
@@ -643,6 +652,8 @@ def run_redis_bench(
 
     if settings.cost:
         steps.append(("server cost", ("cost",)))
+    if settings.split:
+        steps.append(("asyncio split", ("split",)))
 
     many = _keys("many_keys", settings.keys)
     rounds: dict[tuple[str, str, str, str], list[Cell]] = {}
@@ -674,6 +685,24 @@ def run_redis_bench(
                             url or settings.url, f"{root}cost:", settings.duration, bar, result.failures
                         )
                     summary = f"{len(result.costs)} cells on {result.cost_server}"
+                elif step[0] == "split":
+                    with contextlib.ExitStack() as stack:
+                        url = None if settings.cost_on_url else stack.enter_context(_private_redis())
+                        result.cost_server = "a private redis-server" if url else f"`{settings.url}`"
+                        try:
+                            result.split = measure_split(
+                                url or settings.url,
+                                f"{root}split:",
+                                RATEKEEPER_ALGORITHMS,
+                                {"hot_key": ["hot"], "many_keys": many},
+                                settings.duration,
+                                settings.tasks,
+                                bar.note,
+                            )
+                        finally:
+                            cleanup(url or settings.url, f"{root}split:")
+                    result.split_floors = measure_floors(settings.duration, settings.tasks)
+                    summary = f"{len(result.split)} cells on {result.cost_server}"
                 else:
                     _, subj = step
                     if pool is None:
@@ -826,6 +855,8 @@ def render_markdown(result: RedisBenchResult) -> str:
         out.append("")
     if result.costs:
         out += render_costs(result)
+    if result.split:
+        out += render_split(result.split, result.split_floors, result.tasks, result.cost_server)
     out += ["What each row calls:", ""]
     out += [f"- {library} `{algorithm}`: {how}" for (library, algorithm), how in result.calls.items()]
     for library, reason in result.skipped.items():
@@ -909,6 +940,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-cost", action="store_false", dest="cost", help="skip Redis CPU per decision and the sliding log by length"
     )
     parser.add_argument(
+        "--no-split", action="store_false", dest="split", help="skip where an asyncio decision's time goes"
+    )
+    parser.add_argument(
         "--cost-on-url",
         action="store_true",
         help="measure Redis CPU per decision on --url, not on a private redis-server",
@@ -928,6 +962,7 @@ def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: Text
         coalescing=args.coalescing,
         cost=args.cost,
         cost_on_url=args.cost_on_url,
+        split=args.split,
     )
     return run_redis_bench(
         settings, args.scenarios, args.libraries, out, args.progress, progress_stream=progress_stream
