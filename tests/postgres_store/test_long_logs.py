@@ -40,7 +40,8 @@ def segments(schema: str, key: str | None = None) -> list[tuple[str, int, int, i
     where = "" if key is None else "WHERE key = %s"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         return conn.execute(
-            f"SELECT key, upto, first_t, cardinality(offs), rels IS NULL FROM {schema}.state_log {where} "
+            f"SELECT key, upto, first_t, (octet_length(offs) - 1) / get_byte(offs, 0), rels IS NULL "
+            f"FROM {schema}.state_log {where} "
             "ORDER BY key, upto",
             () if key is None else (key,),
         ).fetchall()

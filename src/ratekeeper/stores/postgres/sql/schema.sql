@@ -32,7 +32,8 @@ CREATE INDEX IF NOT EXISTS @table@_expires_at ON @schema@.@table@ (expires_at);
 -- if larger); entry j was admitted at first_t + offs[j] and brings the running total to
 -- upto - rels[n] + rels[j] (rels[1] = 0; a segment is cut early rather than let an offset
 -- or a rel pass int4); rels is NULL when every entry's cost is 1 (rels[j] = j - 1 then: most
--- limits charge 1 per request, and such a segment takes half the room). Rows are written only by a call holding the key's state row, and
+-- limits charge 1 per request). offs and rels are packed in as few bytes per value as the
+-- segment's largest needs (rk_pack, sliding_window_log.sql): 2 for entries 1 ms apart. Rows are written only by a call holding the key's state row, and
 -- deleted with it. Created with the state table's persistence (after a crash, an
 -- UNLOGGED table is emptied: the two must be emptied together).
 DO $$
@@ -41,7 +42,7 @@ BEGIN
         EXECUTE format(
             'CREATE %s TABLE @schema@.@table@_log ('
             'key text NOT NULL, upto numeric NOT NULL, before numeric NOT NULL, first_t bigint NOT NULL, '
-            'last_t bigint NOT NULL, offs int[] NOT NULL, rels int[], PRIMARY KEY (key, upto))',
+            'last_t bigint NOT NULL, offs bytea NOT NULL, rels bytea, PRIMARY KEY (key, upto))',
             CASE (SELECT relpersistence FROM pg_class WHERE oid = '@schema@.@table@'::regclass)
                 WHEN 'u' THEN 'UNLOGGED' ELSE '' END);
     END IF;

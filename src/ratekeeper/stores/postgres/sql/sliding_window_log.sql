@@ -33,6 +33,58 @@
 -- @table@_log_flush, which the decide function runs when it writes the call's state back,
 -- and never for an atomic call that was refused.
 
+-- A segment's offsets and relative totals, packed: a bytea whose first byte is the width w
+-- (1 to 4) and then each value, 0 to 2**32 - 1, in w bytes, least significant first; w is
+-- the fewest bytes that hold the largest value (entries 1 ms apart over a segment: 2).
+-- rk_pack(values) packs; rk_packed(b, j) is value j (1-based); rk_packed_len(b) the count;
+-- rk_packed_last(b) the last value; rk_packed_count(b, v) how many values are <= v (the
+-- values ascending: a binary search, as width_bucket does on an array).
+CREATE OR REPLACE FUNCTION @schema@.rk_pack(vals bigint[]) RETURNS bytea
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT decode(lpad(w::text, 2, '0') || string_agg(lpad(to_hex((v >> (8 * k)) & 255), 2, '0'), '' ORDER BY i, k),
+                  'hex')
+    FROM (SELECT CASE WHEN m < 256 THEN 1 WHEN m < 65536 THEN 2 WHEN m < 16777216 THEN 3 ELSE 4 END AS w
+          FROM (SELECT max(x) AS m FROM unnest(vals) AS x) AS mx) AS width,
+         unnest(vals) WITH ORDINALITY AS u (v, i), generate_series(0, w - 1) AS k
+    GROUP BY w
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.rk_packed(b bytea, j int) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE get_byte(b, 0)
+        WHEN 1 THEN get_byte(b, j)::bigint
+        WHEN 2 THEN get_byte(b, 2 * j - 1) + (get_byte(b, 2 * j)::bigint << 8)
+        WHEN 3 THEN get_byte(b, 3 * j - 2) + (get_byte(b, 3 * j - 1)::bigint << 8) + (get_byte(b, 3 * j)::bigint << 16)
+        ELSE get_byte(b, 4 * j - 3) + (get_byte(b, 4 * j - 2)::bigint << 8) + (get_byte(b, 4 * j - 1)::bigint << 16)
+             + (get_byte(b, 4 * j)::bigint << 24)
+    END
+$$;
+
+CREATE OR REPLACE FUNCTION @schema@.rk_packed_len(b bytea) RETURNS int
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT (octet_length(b) - 1) / get_byte(b, 0) $$;
+
+CREATE OR REPLACE FUNCTION @schema@.rk_packed_last(b bytea) RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$ SELECT @schema@.rk_packed(b, @schema@.rk_packed_len(b)) $$;
+
+CREATE OR REPLACE FUNCTION @schema@.rk_packed_count(b bytea, v bigint) RETURNS int
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    lo int := 0;  -- values 1..lo are <= v
+    hi int := @schema@.rk_packed_len(b);  -- values hi + 1.. are > v
+    mid int;
+BEGIN
+    WHILE lo < hi LOOP
+        mid := (lo + hi + 1) / 2;
+        IF @schema@.rk_packed(b, mid) <= v THEN
+            lo := mid;
+        ELSE
+            hi := mid - 1;
+        END IF;
+    END LOOP;
+    RETURN lo;
+END
+$$;
+
 -- @schema@.@table@_sliding_window_log(lkey, st, ls, now_us, spec, cost, refund)
 --   lkey      the storage key (its segments' key)
 --   st        the state above (NULL when absent); ls the lease ids (unused)
@@ -78,8 +130,8 @@ DECLARE
     sb numeric;
     su numeric;
     sf bigint;
-    so int[];
-    sr int[];
+    so bytea;
+    sr bytea;
     sm int;
     remaining bigint[] := '{}';
     resets bigint[] := '{}';
@@ -119,9 +171,9 @@ BEGIN
         ELSIF hi > base AND hi_t > x THEN  -- the window starts in a segment
             SELECT s.before, s.upto, s.first_t, s.offs, s.rels INTO sb, su, sf, so, sr
             FROM @schema@.@table@_log s WHERE s.key = lkey AND s.last_t > x ORDER BY s.last_t, s.upto LIMIT 1;
-            j := width_bucket(greatest(x - sf, -1)::int, so);  -- its entries at or before x
-            before := greatest(base, CASE WHEN j = 0 THEN sb WHEN sr IS NULL THEN su - cardinality(so) + j
-                                          ELSE su - sr[cardinality(sr)] + sr[j] END);
+            j := @schema@.rk_packed_count(so, x - sf);  -- its entries at or before x
+            before := greatest(base, CASE WHEN j = 0 THEN sb WHEN sr IS NULL THEN su - @schema@.rk_packed_len(so) + j
+                                          ELSE su - @schema@.rk_packed_last(sr) + @schema@.rk_packed(sr, j) END);
         ELSE
             j := width_bucket(x::numeric, times);
             before := greatest(base, CASE WHEN j = 0 THEN hi ELSE totals[j] END);
@@ -149,11 +201,12 @@ BEGIN
         ELSE  -- in a segment: it becomes the head, the newer ones are deleted on write
             SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
             FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
-            m := cardinality(so);
-            times := ARRAY(SELECT sf + o FROM unnest(so) WITH ORDINALITY AS u (o, i) ORDER BY i);
+            m := @schema@.rk_packed_len(so);
+            times := ARRAY(SELECT sf + @schema@.rk_packed(so, i) FROM generate_series(1, m) AS i ORDER BY i);
             totals := ARRAY(SELECT su - m + i FROM generate_series(1, m) AS i ORDER BY i);
             IF sr IS NOT NULL THEN
-                totals := ARRAY(SELECT su - sr[m] + v FROM unnest(sr) WITH ORDINALITY AS u (v, i) ORDER BY i);
+                totals := ARRAY(SELECT su - @schema@.rk_packed(sr, m) + @schema@.rk_packed(sr, i)
+                                FROM generate_series(1, m) AS i ORDER BY i);
             END IF;
             j := width_bucket(target - 1, totals) + 1;
             times := times[1 : j];
@@ -187,13 +240,13 @@ BEGIN
                 ELSE
                     SELECT s.upto, s.first_t, s.offs, s.rels INTO su, sf, so, sr
                     FROM @schema@.@table@_log s WHERE s.key = lkey AND s.upto >= target ORDER BY s.upto LIMIT 1;
-                    sm := cardinality(so);
+                    sm := @schema@.rk_packed_len(so);
                     IF sr IS NULL THEN  -- unit costs: entry j's total is su - sm + j
                         j := greatest(target - su + sm, 1)::int;
                     ELSE
-                        j := width_bucket(greatest(target - 1 - (su - sr[sm]), -1)::int, sr) + 1;
+                        j := @schema@.rk_packed_count(sr, (target - 1 - (su - @schema@.rk_packed_last(sr)))::bigint) + 1;
                     END IF;
-                    r := sf + so[j] + period - now_us;
+                    r := sf + @schema@.rk_packed(so, j) + period - now_us;
                 END IF;
             END IF;
             IF denied < 0 OR @schema@.rk_later(r, retry) THEN
@@ -279,10 +332,11 @@ BEGIN
         END LOOP;
         INSERT INTO @schema@.@table@_log (key, upto, before, first_t, last_t, offs, rels)
         VALUES (lkey, totals[first + m - 1], greatest(base, hi), times[first], times[first + m - 1],
-                ARRAY(SELECT (times[i] - times[first])::int FROM generate_series(first, first + m - 1) AS i ORDER BY i),
+                @schema@.rk_pack(ARRAY(SELECT (times[i] - times[first])::bigint
+                                       FROM generate_series(first, first + m - 1) AS i ORDER BY i)),
                 CASE WHEN totals[first + m - 1] - totals[first] = m - 1 THEN NULL  -- unit costs
-                     ELSE ARRAY(SELECT (totals[i] - totals[first])::int
-                                FROM generate_series(first, first + m - 1) AS i ORDER BY i) END);
+                     ELSE @schema@.rk_pack(ARRAY(SELECT (totals[i] - totals[first])::bigint
+                                                 FROM generate_series(first, first + m - 1) AS i ORDER BY i)) END);
         hi := totals[first + m - 1];
         hi_t := times[first + m - 1];
         IF lo = 0 THEN
