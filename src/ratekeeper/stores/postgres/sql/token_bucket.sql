@@ -15,120 +15,143 @@
 -- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
 -- Same arithmetic as TokenBucket.decide / TokenBucket.refund, step for step (exact integers).
 
--- TokenBucket._level: the level of limit i at now_us.
-CREATE OR REPLACE FUNCTION @schema@.rk_token_level(st numeric[], i int, now_us bigint, d bigint, full_ bigint)
-RETURNS numeric LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
-DECLARE
-    level numeric;
-    elapsed numeric;
-BEGIN
-    IF st IS NULL THEN
-        RETURN full_;
-    END IF;
-    level := st[2 * i - 1];
-    elapsed := now_us - st[2 * i];
-    IF elapsed <= 0 THEN
-        RETURN level;
-    END IF;
-    IF elapsed >= @schema@.rk_cdiv(full_ - level, d) THEN
-        RETURN full_;
-    END IF;
-    RETURN level + elapsed * d;
-END
-$$;
+-- How the arithmetic stays exact and cheap: levels are numeric (reservations take a level
+-- below zero by up to max_wait * d units, which passes bigint); a quotient is div() of
+-- numerics, which truncates: for a > 0, ceil(a / d) = div(a + d - 1, d), and for a >= 0,
+-- floor(a / n) = div(a, n) (so max(0, a // n) = greatest(0, div(a, n)) for any a). The
+-- refill elapsed >= ceil((full - level) / d) holds exactly when elapsed * d >= full - level,
+-- so TokenBucket._level is least(full, level + elapsed * d) once elapsed > 0. A one-limit
+-- call (the commonest) takes the fewest statements: each PL/pgSQL expression is prepared
+-- again in every transaction, so their number is most of the function's cost.
+
+-- an earlier version's helper, now inlined (a PL/pgSQL call of its own per limit)
+DROP FUNCTION IF EXISTS @schema@.rk_token_level(numeric[], int, bigint, bigint, bigint);
 
 CREATE OR REPLACE FUNCTION @schema@.rk_token_bucket(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    cnt int := array_length(spec, 1) / 4;
     n bigint;
     d bigint;
-    cap bigint;
     full_ bigint;
     level numeric;
-    levels numeric[] := '{}';
-    need numeric;
-    w numeric;
-    wait numeric := 0;
-    denied int := -1;
-    infinite boolean := false;
-    allowed boolean;
-    remaining bigint[] := '{}';
-    resets bigint[] := '{}';
+    need bigint;
+    wait numeric;
 BEGIN
     new_leases := ls;
-    IF refund THEN
-        IF st IS NULL THEN
-            new_state := NULL;
+    IF spec[5] IS NULL AND NOT refund THEN
+        -- One limit: TokenBucket.compile_one's steps (proven equal to decide).
+        n := spec[1];
+        d := spec[2];
+        full_ := spec[4];
+        level := CASE WHEN st IS NULL THEN full_
+                      WHEN now_us > st[2] THEN least(full_, st[1] + (now_us - st[2]) * d)
+                      ELSE st[1] END;
+        IF cost > spec[3] THEN
+            reply := ARRAY[0, 0, -1, 0, greatest(0, div(level, n)),
+                           CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END];
+            new_state := st;
             RETURN;
         END IF;
-        new_state := '{}';
+        need := cost * n;  -- cost <= capacity: below 2^53
+        wait := CASE WHEN level >= need THEN 0 ELSE div(need - level + d - 1, d) END;
+        IF wait = 0 OR wait <= max_wait THEN  -- (max_wait NULL: only no wait)
+            level := level - need;
+            reply := ARRAY[1, -1, 0, wait, greatest(0, div(level, n)),
+                           CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END];
+            -- A clock that stepped back never moves the refill point back (no double refill).
+            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[level, greatest(now_us, st[2])] END;
+        ELSE
+            reply := ARRAY[0, 0, wait, 0, greatest(0, div(level, n)),
+                           CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END];
+            new_state := st;
+        END IF;
+        RETURN;
+    END IF;
+    DECLARE
+        cnt int := array_length(spec, 1) / 4;
+        levels numeric[] := '{}';
+        w numeric;
+        denied int := -1;
+        infinite boolean := false;
+        allowed boolean;
+        remaining bigint[] := '{}';
+        resets bigint[] := '{}';
+    BEGIN
+        wait := 0;
+        IF refund THEN
+            IF st IS NULL THEN
+                new_state := NULL;
+                RETURN;
+            END IF;
+            new_state := '{}';
+            FOR i IN 1..cnt LOOP
+                n := spec[4 * i - 3];
+                d := spec[4 * i - 2];
+                full_ := spec[4 * i];
+                level := CASE WHEN now_us > st[2 * i] THEN least(full_, st[2 * i - 1] + (now_us - st[2 * i]) * d)
+                              ELSE st[2 * i - 1] END;
+                new_state := new_state || least(full_::numeric, level + cost::numeric * n)
+                    || greatest(now_us::numeric, st[2 * i]);
+            END LOOP;
+            RETURN;
+        END IF;
         FOR i IN 1..cnt LOOP
             n := spec[4 * i - 3];
             d := spec[4 * i - 2];
             full_ := spec[4 * i];
-            new_state := new_state
-                || least(full_::numeric, @schema@.rk_token_level(st, i, now_us, d, full_) + cost::numeric * n)
-                || greatest(now_us::numeric, st[2 * i]);
-        END LOOP;
-        RETURN;
-    END IF;
-    FOR i IN 1..cnt LOOP
-        n := spec[4 * i - 3];
-        d := spec[4 * i - 2];
-        cap := spec[4 * i - 1];
-        full_ := spec[4 * i];
-        level := @schema@.rk_token_level(st, i, now_us, d, full_);
-        levels[i] := level;
-        IF cost > cap THEN
-            IF NOT infinite THEN
-                infinite := true;
-                denied := i - 1;
-            END IF;
-            CONTINUE;
-        END IF;
-        need := cost::numeric * n;
-        IF level < need THEN
-            w := @schema@.rk_cdiv(need - level, d);
-            IF w > wait THEN
-                wait := w;
+            level := CASE WHEN st IS NULL THEN full_
+                          WHEN now_us > st[2 * i] THEN least(full_, st[2 * i - 1] + (now_us - st[2 * i]) * d)
+                          ELSE st[2 * i - 1] END;
+            levels[i] := level;
+            IF cost > spec[4 * i - 1] THEN
                 IF NOT infinite THEN
+                    infinite := true;
                     denied := i - 1;
                 END IF;
+                CONTINUE;
+            END IF;
+            need := cost * n;  -- cost <= capacity: below 2^53
+            IF level < need THEN
+                w := div(need - level + d - 1, d);
+                IF w > wait THEN
+                    wait := w;
+                    IF NOT infinite THEN
+                        denied := i - 1;
+                    END IF;
+                END IF;
+            END IF;
+        END LOOP;
+        allowed := NOT infinite AND wait <= coalesce(max_wait, 0);
+        IF allowed THEN
+            denied := -1;
+            IF cost <> 0 THEN
+                FOR i IN 1..cnt LOOP
+                    levels[i] := levels[i] - cost * spec[4 * i - 3];
+                END LOOP;
             END IF;
         END IF;
-    END LOOP;
-    allowed := NOT infinite AND wait <= coalesce(max_wait, 0);
-    IF allowed THEN
-        denied := -1;
-        IF cost <> 0 THEN
-            FOR i IN 1..cnt LOOP
-                levels[i] := levels[i] - cost::numeric * spec[4 * i - 3];
-            END LOOP;
-        END IF;
-    END IF;
-    FOR i IN 1..cnt LOOP
-        remaining[i] := greatest(0, @schema@.rk_fdiv(levels[i], spec[4 * i - 3]));
-        resets[i] := CASE WHEN levels[i] < spec[4 * i] THEN @schema@.rk_cdiv(spec[4 * i] - levels[i], spec[4 * i - 2])
-                          ELSE 0 END;
-    END LOOP;
-    IF allowed THEN
-        reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
-        IF cost = 0 THEN
-            new_state := st;
+        FOR i IN 1..cnt LOOP
+            level := levels[i];
+            full_ := spec[4 * i];
+            remaining[i] := greatest(0, div(level, spec[4 * i - 3]));
+            resets[i] := CASE WHEN level < full_ THEN div(full_ - level + spec[4 * i - 2] - 1, spec[4 * i - 2]) ELSE 0 END;
+        END LOOP;
+        IF allowed THEN
+            reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
+            IF cost = 0 THEN
+                new_state := st;
+            ELSE
+                new_state := '{}';
+                FOR i IN 1..cnt LOOP
+                    new_state := new_state || levels[i] || greatest(now_us::numeric, st[2 * i]);
+                END LOOP;
+            END IF;
         ELSE
-            new_state := '{}';
-            FOR i IN 1..cnt LOOP
-                -- A clock that stepped back never moves the refill point back (no double refill).
-                new_state := new_state || levels[i]
-                    || CASE WHEN st IS NULL OR now_us > st[2 * i] THEN now_us::numeric ELSE st[2 * i] END;
-            END LOOP;
+            reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
+            new_state := st;
         END IF;
-    ELSE
-        reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
-        new_state := st;
-    END IF;
+    END;
 END
 $$;
