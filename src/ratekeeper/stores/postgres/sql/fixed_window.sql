@@ -13,75 +13,98 @@
 -- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
 -- Same arithmetic as FixedWindow.decide / FixedWindow.refund, step for step.
 
+-- A one-limit call (the commonest) takes the fewest statements: each PL/pgSQL expression is
+-- prepared again in every transaction, so their number is most of the function's cost.
+-- Windows and counts are numeric as stored; now // period is a bigint floor division.
+
 CREATE OR REPLACE FUNCTION @schema@.rk_fixed_window(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    n int := array_length(spec, 1) / 2;
     lim bigint;
     period bigint;
     win numeric;
     cnt numeric;
     end_us numeric;
-    counts numeric[] := '{}';
-    ends numeric[] := '{}';
-    wins numeric[] := '{}';
-    denied int := -1;
-    retry numeric := 0;
-    r numeric;
-    charged bigint;
-    remaining bigint[] := '{}';
-    resets bigint[] := '{}';
 BEGIN
     new_leases := ls;
-    IF refund THEN
-        IF st IS NULL THEN
-            new_state := NULL;
-            RETURN;
+    IF spec[3] IS NULL AND NOT refund THEN
+        -- One limit: FixedWindow.compile_one's steps (proven equal to decide). The stored
+        -- window when it is now's or newer (the clock stepped back), else now's, empty.
+        lim := spec[1];
+        period := spec[2];
+        win := greatest(st[1], (now_us - CASE WHEN now_us < 0 THEN period - 1 ELSE 0 END) / period);
+        cnt := CASE WHEN st[1] = win THEN st[2] ELSE 0 END;
+        end_us := (win + 1) * period - now_us;
+        IF cnt + cost <= lim THEN
+            reply := ARRAY[1, -1, 0, 0, lim - cnt - cost, CASE WHEN cnt + cost > 0 THEN end_us ELSE 0 END];
+            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[win, cnt + cost] END;
+        ELSE
+            reply := ARRAY[0, 0, CASE WHEN cost > lim THEN -1 ELSE end_us END, 0, lim - cnt,
+                           CASE WHEN cnt > 0 THEN end_us ELSE 0 END];
+            new_state := st;
         END IF;
-        new_state := st;
-        FOR i IN 1..n LOOP
-            period := spec[2 * i];
-            IF st[2 * i - 1] >= @schema@.rk_fdiv(now_us, period) THEN
-                new_state[2 * i] := greatest(0, st[2 * i] - cost);
-            END IF;
-        END LOOP;
         RETURN;
     END IF;
-    FOR i IN 1..n LOOP
-        lim := spec[2 * i - 1];
-        period := spec[2 * i];
-        win := @schema@.rk_fdiv(now_us, period);
-        IF st IS NOT NULL AND st[2 * i - 1] > win THEN
-            win := st[2 * i - 1];  -- the clock stepped back: stay in the newer window
-        END IF;
-        cnt := CASE WHEN st IS NOT NULL AND st[2 * i - 1] = win THEN st[2 * i] ELSE 0 END;
-        end_us := (win + 1) * period - now_us;
-        IF cnt + cost > lim THEN
-            r := CASE WHEN cost > lim THEN -1 ELSE end_us END;
-            IF denied < 0 OR @schema@.rk_later(r, retry) THEN
-                denied := i - 1;
-                retry := r;
+    DECLARE
+        n int := array_length(spec, 1) / 2;
+        counts numeric[] := '{}';
+        ends numeric[] := '{}';
+        wins numeric[] := '{}';
+        denied int := -1;
+        retry numeric := 0;
+        r numeric;
+        charged bigint;
+        remaining bigint[] := '{}';
+        resets bigint[] := '{}';
+    BEGIN
+        IF refund THEN
+            IF st IS NULL THEN
+                new_state := NULL;
+                RETURN;
             END IF;
+            new_state := st;
+            FOR i IN 1..n LOOP
+                period := spec[2 * i];
+                IF st[2 * i - 1] >= (now_us - CASE WHEN now_us < 0 THEN period - 1 ELSE 0 END) / period THEN
+                    new_state[2 * i] := greatest(0, st[2 * i] - cost);
+                END IF;
+            END LOOP;
+            RETURN;
         END IF;
-        counts[i] := cnt;
-        ends[i] := end_us;
-        wins[i] := win;
-    END LOOP;
-    charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
-    FOR i IN 1..n LOOP
-        remaining[i] := spec[2 * i - 1] - counts[i] - charged;
-        resets[i] := CASE WHEN counts[i] + charged > 0 THEN ends[i] ELSE 0 END;
-    END LOOP;
-    reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;
-    IF charged <> 0 THEN
-        new_state := '{}';
         FOR i IN 1..n LOOP
-            new_state := new_state || wins[i] || (counts[i] + charged);
+            lim := spec[2 * i - 1];
+            period := spec[2 * i];
+            -- now's window, or the stored one if the clock stepped back (the newer window)
+            win := greatest(st[2 * i - 1], (now_us - CASE WHEN now_us < 0 THEN period - 1 ELSE 0 END) / period);
+            cnt := CASE WHEN st[2 * i - 1] = win THEN st[2 * i] ELSE 0 END;
+            end_us := (win + 1) * period - now_us;
+            IF cnt + cost > lim THEN
+                r := CASE WHEN cost > lim THEN -1 ELSE end_us END;
+                IF denied < 0 OR @schema@.rk_later(r, retry) THEN
+                    denied := i - 1;
+                    retry := r;
+                END IF;
+            END IF;
+            counts[i] := cnt;
+            ends[i] := end_us;
+            wins[i] := win;
         END LOOP;
-    ELSE
-        new_state := st;
-    END IF;
+        charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
+        FOR i IN 1..n LOOP
+            remaining[i] := spec[2 * i - 1] - counts[i] - charged;
+            resets[i] := CASE WHEN counts[i] + charged > 0 THEN ends[i] ELSE 0 END;
+        END LOOP;
+        reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;
+        IF charged <> 0 THEN
+            new_state := '{}';
+            FOR i IN 1..n LOOP
+                new_state := new_state || wins[i] || (counts[i] + charged);
+            END LOOP;
+        ELSE
+            new_state := st;
+        END IF;
+    END;
 END
 $$;
