@@ -16,28 +16,27 @@
 -- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
 -- Same arithmetic as LeakyBucket.decide (and Gcra.refund), step for step (exact integers).
 
+
+-- How the arithmetic stays exact and cheap: times are numeric (now * d passes bigint); a
+-- quotient is div() of numerics, which truncates: ceil(a / d) = div(a + d - 1, d) for
+-- a > 0 and div(a, d) for a <= 0; for a >= 0, floor(a / n) = div(a, n), and
+-- max(0, a // n) = greatest(0, div(a, n)) for any a. A one-limit call (the commonest)
+-- takes the fewest statements: each PL/pgSQL expression is prepared again in every
+-- transaction, so their number is most of the function's cost.
+
 CREATE OR REPLACE FUNCTION @schema@.rk_leaky_bucket(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    cnt int := array_length(spec, 1) / 4;
     n bigint;
     d bigint;
-    cap bigint;
     tau bigint;
     nd numeric;
     tat numeric;
-    tats numeric[] := '{}';
     queued numeric;
     need numeric;
-    delay numeric := 0;
-    retry numeric := 0;
-    denied int := -1;
-    infinite boolean := false;
     ahead numeric;
-    remaining bigint[] := '{}';
-    resets bigint[] := '{}';
 BEGIN
     IF refund THEN
         SELECT * INTO new_state, new_leases, reply
@@ -45,56 +44,87 @@ BEGIN
         RETURN;
     END IF;
     new_leases := ls;
-    FOR i IN 1..cnt LOOP
-        n := spec[4 * i - 3];
-        d := spec[4 * i - 2];
-        cap := spec[4 * i - 1];
-        tau := spec[4 * i];
+    IF spec[5] IS NULL THEN
+        -- One limit: LeakyBucket.compile_one's steps (proven equal to decide).
+        n := spec[1];
+        d := spec[2];
+        tau := spec[4];
         nd := now_us::numeric * d;
-        tat := CASE WHEN st IS NULL THEN nd ELSE st[i] END;
-        IF tat < nd THEN
-            tat := nd;
+        tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: the queue is empty now)
+        queued := div(tat - nd + d - 1, d);
+        IF cost > spec[3] THEN
+            reply := ARRAY[0, 0, -1, 0, greatest(0, div(tau - tat + nd, n)), queued];
+            new_state := st;
+            RETURN;
         END IF;
-        tats[i] := tat;
-        queued := @schema@.rk_cdiv(tat - nd, d);
-        IF queued > delay THEN
-            delay := queued;
+        -- When the queue has room (<= 0: now), or later when it is longer than max_wait.
+        need := tat + cost * n - nd - tau;  -- cost <= capacity: cost * n below 2^53
+        need := greatest(div(need + CASE WHEN need > 0 THEN d - 1 ELSE 0 END, d), queued - max_wait);
+        IF need > 0 THEN
+            reply := ARRAY[0, 0, need, 0, greatest(0, div(tau - tat + nd, n)), queued];
+            new_state := st;
+        ELSE
+            ahead := tat + cost * n - nd;
+            reply := ARRAY[1, -1, 0, queued, div(tau - ahead, n), div(ahead + d - 1, d)];
+            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[tat + cost * n] END;
         END IF;
-        IF cost > cap THEN
-            IF NOT infinite THEN
-                infinite := true;
-                denied := i - 1;
-                retry := -1;
-            END IF;
-            CONTINUE;
-        END IF;
-        -- The request needs room in the queue and, when the caller bounds its wait, a
-        -- queue short enough: the later of the two is when it could be admitted.
-        need := @schema@.rk_cdiv(tat + cost::numeric * n - nd - tau, d);
-        IF max_wait IS NOT NULL AND queued - max_wait > need THEN
-            need := queued - max_wait;
-        END IF;
-        IF need > 0 AND NOT infinite AND need > retry THEN
-            denied := i - 1;
-            retry := need;
-        END IF;
-    END LOOP;
-    IF denied < 0 AND cost <> 0 THEN
+        RETURN;
+    END IF;
+    DECLARE
+        cnt int := array_length(spec, 1) / 4;
+        tats numeric[] := '{}';
+        delay numeric := 0;
+        retry numeric := 0;
+        denied int := -1;
+        infinite boolean := false;
+        remaining bigint[] := '{}';
+        resets bigint[] := '{}';
+    BEGIN
         FOR i IN 1..cnt LOOP
-            tats[i] := tats[i] + cost::numeric * spec[4 * i - 3];
+            n := spec[4 * i - 3];
+            d := spec[4 * i - 2];
+            tau := spec[4 * i];
+            nd := now_us::numeric * d;
+            tat := greatest(st[i], nd);
+            tats[i] := tat;
+            queued := div(tat - nd + d - 1, d);
+            IF queued > delay THEN
+                delay := queued;
+            END IF;
+            IF cost > spec[4 * i - 1] THEN
+                IF NOT infinite THEN
+                    infinite := true;
+                    denied := i - 1;
+                    retry := -1;
+                END IF;
+                CONTINUE;
+            END IF;
+            -- The request needs room in the queue and, when the caller bounds its wait, a
+            -- queue short enough: the later of the two is when it could be admitted.
+            need := tat + cost * n - nd - tau;
+            need := greatest(div(need + CASE WHEN need > 0 THEN d - 1 ELSE 0 END, d), queued - max_wait);
+            IF need > 0 AND NOT infinite AND need > retry THEN
+                denied := i - 1;
+                retry := need;
+            END IF;
         END LOOP;
-    END IF;
-    FOR i IN 1..cnt LOOP
-        ahead := tats[i] - now_us::numeric * spec[4 * i - 2];
-        remaining[i] := greatest(0, @schema@.rk_fdiv(spec[4 * i] - ahead, spec[4 * i - 3]));
-        resets[i] := @schema@.rk_cdiv(ahead, spec[4 * i - 2]);
-    END LOOP;
-    IF denied < 0 THEN
-        reply := ARRAY[1, -1, 0, delay]::bigint[] || remaining || resets;
-        new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
-    ELSE
-        reply := ARRAY[0, denied, retry, 0]::bigint[] || remaining || resets;
-        new_state := st;
-    END IF;
+        IF denied < 0 AND cost <> 0 THEN
+            FOR i IN 1..cnt LOOP
+                tats[i] := tats[i] + cost * spec[4 * i - 3];
+            END LOOP;
+        END IF;
+        FOR i IN 1..cnt LOOP
+            ahead := tats[i] - now_us::numeric * spec[4 * i - 2];
+            remaining[i] := greatest(0, div(spec[4 * i] - ahead, spec[4 * i - 3]));
+            resets[i] := div(ahead + spec[4 * i - 2] - 1, spec[4 * i - 2]);
+        END LOOP;
+        IF denied < 0 THEN
+            reply := ARRAY[1, -1, 0, delay]::bigint[] || remaining || resets;
+            new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
+        ELSE
+            reply := ARRAY[0, denied, retry, 0]::bigint[] || remaining || resets;
+            new_state := st;
+        END IF;
+    END;
 END
 $$;
