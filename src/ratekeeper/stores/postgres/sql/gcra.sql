@@ -14,119 +14,122 @@
 -- allowed, denied_index, retry_us, delay_us, remaining_1..n, reset_1..n).
 -- Same arithmetic as Gcra.decide / Gcra.refund, step for step (exact integers).
 
+-- How the arithmetic stays exact and cheap: times are numeric (now * d passes bigint); a
+-- quotient is div() of numerics, which truncates: ceil(a / d) = div(a + d - 1, d) for
+-- a >= 0, floor(a / n) = div(a, n) for a >= 0, and max(0, a // n) = greatest(0, div(a, n))
+-- for any a. cost * n is a bigint once cost <= capacity (below 2^53). A one-limit call
+-- takes the fewest statements: each PL/pgSQL expression is prepared again in every
+-- transaction, so their number is most of the function's cost.
+
 CREATE OR REPLACE FUNCTION @schema@.rk_gcra(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
-    cnt int := array_length(spec, 1) / 4;
     n bigint;
     d bigint;
-    cap bigint;
     tau bigint;
     nd numeric;
     tat numeric;
-    tats numeric[];
     over numeric;
-    w numeric;
-    wait numeric := 0;
-    denied int := -1;
-    infinite boolean := false;
-    allowed boolean;
-    ahead numeric;
-    remaining bigint[];
-    resets bigint[];
+    wait numeric;
 BEGIN
     new_leases := ls;
-    IF cnt = 1 AND NOT refund THEN
-        -- One limit: Gcra.compile_one's steps (proven equal to decide), fewer statements.
+    IF spec[5] IS NULL AND NOT refund THEN
+        -- One limit: Gcra.compile_one's steps (proven equal to decide).
         n := spec[1];
         d := spec[2];
         tau := spec[4];
         nd := now_us::numeric * d;
-        tat := CASE WHEN st IS NULL OR st[1] < nd THEN nd ELSE st[1] END;
+        tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: tat = now)
         IF cost > spec[3] THEN
-            ahead := tat - nd;
-            reply := ARRAY[0, 0, -1, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
+            reply := ARRAY[0, 0, -1, 0, greatest(0, div(tau - tat + nd, n)), div(tat - nd + d - 1, d)];
             new_state := st;
             RETURN;
         END IF;
-        over := tat + cost::numeric * n - nd - tau;
-        IF over <= 0 THEN
-            ahead := over + tau;
-            reply := ARRAY[1, -1, 0, 0, @schema@.rk_fdiv(tau - ahead, n), @schema@.rk_cdiv(ahead, d)];
-            new_state := CASE WHEN cost <> 0 THEN ARRAY[tat + cost::numeric * n] ELSE st END;
+        over := tat + cost * n - nd - tau;
+        IF over <= 0 THEN  -- admitted now: 0 <= tat + cost * n - nd = over + tau <= tau
+            reply := ARRAY[1, -1, 0, 0, div(-over, n), div(over + tau + d - 1, d)];
+            new_state := CASE WHEN cost <> 0 THEN ARRAY[tat + cost * n] ELSE st END;
             RETURN;
         END IF;
-        wait := @schema@.rk_cdiv(over, d);
-        IF max_wait IS NOT NULL AND wait <= max_wait THEN
-            reply := ARRAY[1, -1, 0, wait, 0, @schema@.rk_cdiv(over + tau, d)];
-            new_state := ARRAY[tat + cost::numeric * n];
+        wait := div(over + d - 1, d);
+        IF wait <= max_wait THEN  -- a reservation (max_wait NULL: none)
+            reply := ARRAY[1, -1, 0, wait, 0, div(over + tau + d - 1, d)];
+            new_state := ARRAY[tat + cost * n];
             RETURN;
         END IF;
-        ahead := tat - nd;
-        reply := ARRAY[0, 0, wait, 0, greatest(0, @schema@.rk_fdiv(tau - ahead, n)), @schema@.rk_cdiv(ahead, d)];
+        reply := ARRAY[0, 0, wait, 0, greatest(0, div(tau - tat + nd, n)), div(tat - nd + d - 1, d)];
         new_state := st;
         RETURN;
     END IF;
-    IF refund THEN
-        IF st IS NULL THEN
-            new_state := NULL;
+    DECLARE
+        cnt int := array_length(spec, 1) / 4;
+        tats numeric[];
+        w numeric;
+        denied int := -1;
+        infinite boolean := false;
+        allowed boolean;
+        ahead numeric;
+        remaining bigint[];
+        resets bigint[];
+    BEGIN
+        IF refund THEN
+            IF st IS NULL THEN
+                new_state := NULL;
+                RETURN;
+            END IF;
+            new_state := '{}';
+            FOR i IN 1..cnt LOOP
+                new_state[i] := greatest(now_us::numeric * spec[4 * i - 2], st[i] - cost::numeric * spec[4 * i - 3]);
+            END LOOP;
             RETURN;
         END IF;
-        new_state := '{}';
+        wait := 0;
         FOR i IN 1..cnt LOOP
-            new_state[i] := greatest(now_us::numeric * spec[4 * i - 2], st[i] - cost::numeric * spec[4 * i - 3]);
-        END LOOP;
-        RETURN;
-    END IF;
-    FOR i IN 1..cnt LOOP
-        n := spec[4 * i - 3];
-        d := spec[4 * i - 2];
-        cap := spec[4 * i - 1];
-        tau := spec[4 * i];
-        nd := now_us::numeric * d;
-        tat := CASE WHEN st IS NULL THEN nd ELSE st[i] END;
-        IF tat < nd THEN
-            tat := nd;
-        END IF;
-        tats[i] := tat;
-        IF cost > cap THEN
-            IF NOT infinite THEN
-                infinite := true;
-                denied := i - 1;
-            END IF;
-            CONTINUE;
-        END IF;
-        over := tat + cost::numeric * n - nd - tau;
-        IF over > 0 THEN
-            w := @schema@.rk_cdiv(over, d);
-            IF w > wait THEN
-                wait := w;
+            n := spec[4 * i - 3];
+            d := spec[4 * i - 2];
+            tau := spec[4 * i];
+            nd := now_us::numeric * d;
+            tat := greatest(st[i], nd);
+            tats[i] := tat;
+            IF cost > spec[4 * i - 1] THEN
                 IF NOT infinite THEN
+                    infinite := true;
                     denied := i - 1;
                 END IF;
+                CONTINUE;
             END IF;
-        END IF;
-    END LOOP;
-    allowed := NOT infinite AND wait <= coalesce(max_wait, 0);
-    IF allowed AND cost <> 0 THEN
-        FOR i IN 1..cnt LOOP
-            tats[i] := tats[i] + cost::numeric * spec[4 * i - 3];
+            over := tat + cost * n - nd - tau;
+            IF over > 0 THEN
+                w := div(over + d - 1, d);
+                IF w > wait THEN
+                    wait := w;
+                    IF NOT infinite THEN
+                        denied := i - 1;
+                    END IF;
+                END IF;
+            END IF;
         END LOOP;
-    END IF;
-    FOR i IN 1..cnt LOOP
-        ahead := tats[i] - now_us::numeric * spec[4 * i - 2];
-        remaining[i] := greatest(0, @schema@.rk_fdiv(spec[4 * i] - ahead, spec[4 * i - 3]));
-        resets[i] := @schema@.rk_cdiv(ahead, spec[4 * i - 2]);
-    END LOOP;
-    IF allowed THEN
-        reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
-        new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
-    ELSE
-        reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
-        new_state := st;
-    END IF;
+        allowed := NOT infinite AND wait <= coalesce(max_wait, 0);
+        IF allowed AND cost <> 0 THEN
+            FOR i IN 1..cnt LOOP
+                tats[i] := tats[i] + cost * spec[4 * i - 3];
+            END LOOP;
+        END IF;
+        FOR i IN 1..cnt LOOP
+            ahead := tats[i] - now_us::numeric * spec[4 * i - 2];
+            remaining[i] := greatest(0, div(spec[4 * i] - ahead, spec[4 * i - 3]));
+            resets[i] := div(ahead + spec[4 * i - 2] - 1, spec[4 * i - 2]);
+        END LOOP;
+        IF allowed THEN
+            reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
+            new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
+        ELSE
+            reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
+            new_state := st;
+        END IF;
+    END;
 END
 $$;
 
@@ -180,7 +183,7 @@ BEGIN
         nd := coalesce(given, wall)::numeric * d;
         ahead := greatest(st[1], nd) - nd;  -- greatest skips a NULL (no state: tat = now)
         over := ahead + cost::numeric * n - tau;
-        IF cost > a[5]::bigint OR (over > 0 AND (a[8] = '' OR @schema@.rk_cdiv(over, d) > nullif(a[8], '')::bigint)) THEN
+        IF cost > a[5]::bigint OR (over > 0 AND (a[8] = '' OR div(over + d - 1, d) > nullif(a[8], '')::bigint)) THEN
             RETURN '0,' || ahead;
         END IF;
         IF NOT commit_ OR cost = 0 THEN
@@ -189,7 +192,7 @@ BEGIN
         -- Admitted: write tat + cost * n, whole again after cdiv(over + tau, d) µs; the row
         -- lives a second longer (a day by the wall clock when the call gave its now).
         expires := CASE WHEN given IS NULL THEN wall + 1000000 ELSE wall + 86400000000 END
-                   + greatest(@schema@.rk_cdiv(over + tau, d), 0);
+                   + div(over + tau + d - 1, d);  -- over + tau >= 0
         IF rid IS NULL THEN
             INSERT INTO @schema@.@table@ (key, state, leases, expires_at)
             VALUES (k, ARRAY[nd + ahead + cost::numeric * n], NULL, (expires / 1000000 + 1) * 1000000 + 10000000)
