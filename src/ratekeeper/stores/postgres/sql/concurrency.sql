@@ -16,6 +16,11 @@
 -- reset_1..n). Same steps as Concurrency.decide / Concurrency.refund; as there, leases
 -- that no limit counts any more are dropped by every decide.
 
+-- The leases are read where they are (a PL/pgSQL array argument is expanded: any element in
+-- constant time) and the state to keep is one slice of the stored one plus, when admitted,
+-- the new lease: no working copies, and no array rebuilt element by element (which copied
+-- the whole array per lease: quadratic in the leases held).
+
 CREATE OR REPLACE FUNCTION @schema@.rk_concurrency(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
@@ -23,12 +28,8 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     cnt int := array_length(spec, 1) / 2;
     entries int := coalesce(array_length(st, 1), 0) / 2;
-    longest bigint := 0;
+    horizon bigint := now_us - spec[2];
     live int := 1;
-    n int;
-    times numeric[];
-    costs numeric[];
-    ids text[];
     lim bigint;
     period bigint;
     used numeric;
@@ -44,45 +45,34 @@ DECLARE
     remaining bigint[] := '{}';
     resets bigint[] := '{}';
 BEGIN
-    FOR i IN 1..cnt LOOP
-        longest := greatest(longest, spec[2 * i]);
+    FOR i IN 2..cnt LOOP
+        horizon := least(horizon, now_us - spec[2 * i]);
     END LOOP;
-    -- _live: drop the leading leases that no limit counts
-    WHILE live <= entries AND st[2 * live - 1] <= now_us - longest LOOP
+    -- _live: the leases from live on; the leading ones no limit counts any more are dropped
+    WHILE live <= entries AND st[2 * live - 1] <= horizon LOOP
         live := live + 1;
     END LOOP;
-    n := entries - live + 1;
-    IF n > 0 THEN
-        times := ARRAY(SELECT st[2 * j - 1] FROM generate_series(live, entries) AS j);
-        costs := ARRAY(SELECT st[2 * j] FROM generate_series(live, entries) AS j);
-        ids := ls[live : entries];
-    ELSE
-        times := '{}';
-        costs := '{}';
-        ids := '{}';
-    END IF;
     IF refund THEN
         IF lease IS NULL THEN
             RAISE EXCEPTION 'ratekeeper: releasing a concurrency lease needs its lease_id';
         END IF;
-        FOR j IN 1..n LOOP
-            IF ids[j] = lease THEN
-                times := times[1 : j - 1] || times[j + 1 : n];
-                costs := costs[1 : j - 1] || costs[j + 1 : n];
-                ids := ids[1 : j - 1] || ids[j + 1 : n];
-                n := n - 1;
-                EXIT;
-            END IF;
-        END LOOP;
+        k := array_position(ls, lease, live);
+        IF k IS NULL THEN
+            new_state := st[2 * live - 1 : 2 * entries];
+            new_leases := ls[live : entries];
+        ELSE
+            new_state := st[2 * live - 1 : 2 * k - 2] || st[2 * k + 1 : 2 * entries];
+            new_leases := ls[live : k - 1] || ls[k + 1 : entries];
+        END IF;
     ELSE
         FOR i IN 1..cnt LOOP
             lim := spec[2 * i - 1];
             period := spec[2 * i];
             used := 0;
-            first := n + 1;
-            FOR j IN REVERSE n..1 LOOP
-                EXIT WHEN times[j] <= now_us - period;
-                used := used + costs[j];
+            first := entries + 1;
+            FOR j IN REVERSE entries..live LOOP
+                EXIT WHEN st[2 * j - 1] <= now_us - period;
+                used := used + st[2 * j];
                 first := j;
             END LOOP;
             useds[i] := used;
@@ -93,11 +83,11 @@ BEGIN
                     need := used + cost - lim;
                     k := first;
                     LOOP
-                        need := need - costs[k];
+                        need := need - st[2 * k];
                         EXIT WHEN need <= 0;
                         k := k + 1;
                     END LOOP;
-                    r := times[k] + period - now_us;
+                    r := st[2 * k - 1] + period - now_us;
                 END IF;
                 IF denied < 0 OR @schema@.rk_later(r, retry) THEN
                     denied := i - 1;
@@ -105,30 +95,26 @@ BEGIN
                 END IF;
             END IF;
         END LOOP;
+        new_state := st[2 * live - 1 : 2 * entries];
+        new_leases := ls[live : entries];
         IF denied < 0 AND cost > 0 THEN
             -- Leases stay in order of acquisition even if the clock stepped back.
-            times := times || CASE WHEN n > 0 THEN greatest(now_us::numeric, times[n]) ELSE now_us::numeric END;
-            costs := costs || cost::numeric;
-            ids := ids || lease;
-            n := n + 1;
+            newest := CASE WHEN live <= entries THEN greatest(now_us::numeric, st[2 * entries - 1]) ELSE now_us END;
+            new_state := new_state || ARRAY[newest, cost];
+            new_leases := new_leases || lease;
             charged := cost;
+        ELSE
+            newest := CASE WHEN live <= entries THEN st[2 * entries - 1] ELSE now_us END;
         END IF;
-        newest := CASE WHEN n > 0 THEN times[n] ELSE now_us END;
         FOR i IN 1..cnt LOOP
             remaining[i] := spec[2 * i - 1] - (useds[i] + charged);
             resets[i] := CASE WHEN useds[i] + charged > 0 THEN newest + spec[2 * i] - now_us ELSE 0 END;
         END LOOP;
         reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;
     END IF;
-    IF n = 0 THEN
+    IF new_state = '{}' THEN
         new_state := NULL;
         new_leases := NULL;
-    ELSE
-        new_state := '{}';
-        FOR j IN 1..n LOOP
-            new_state := new_state || times[j] || costs[j];
-        END LOOP;
-        new_leases := ids;
     END IF;
 END
 $$;
