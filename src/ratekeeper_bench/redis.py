@@ -460,7 +460,7 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any, Any]]:
         def burst(count: int) -> None:
             # the store's own call for try_acquire(rule, "k"), as it sends it (FCALL, or
             # EVALSHA of the rule's script where the server has no Functions)
-            keys, args = wire.encode_one(Op.decide(rule.plan, "k", 1), store.core.prefix, None)
+            keys, args = wire.encode_redis_one(Op.decide(rule.plan, "k", 1), store.core.prefix, None)
             if store.functions is False:
                 command: tuple[Any, ...] = ("EVALSHA", script_of(rule.plan.algorithm.name).sha)
             else:

@@ -29,6 +29,18 @@ Reply: a flat list of integers (Python ints: both clients hand them over as such
 
 and nothing for an "r" op. Ops of one call that name the same key see each other's
 effects in order, exactly as if they ran one after another.
+
+Redis reads the same request in a compact form (``encode_redis``), because every argument
+of a script call costs the client a RESP frame and the server a Lua string: each rule
+once, and ops that name it by number::
+
+    now, atomic, n_ops, n_rules
+    then, per rule: algorithm, n_limits, spec (n_limits x the algorithm's spec fields)
+    then, per op up to the end: mode, key, rule (1-based index into the rules), and, for
+      modes "d", "p" and "r", cost, max_wait, lease as above; mode "D" is "d" with cost 1,
+      no max_wait and no lease (the commonest op: three arguments)
+
+The reply is the same.
 """
 
 from __future__ import annotations
@@ -51,6 +63,8 @@ __all__ = [
     "decode",
     "encode",
     "encode_one",
+    "encode_redis",
+    "encode_redis_one",
     "escape",
     "op_fields",
     "storage_key",
@@ -152,6 +166,56 @@ def encode_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], 
         mode,
         1,
         *fields,
+        cost,
+        "" if max_wait is None else max_wait,
+        "" if lease_id is None else lease_id,
+    ]
+
+
+def encode_redis(
+    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False
+) -> tuple[list[str], list[Any]]:
+    """(keys, args) for one Redis call deciding ``ops`` in order, in the compact form."""
+    keys: list[str] = []
+    index: dict[str, int] = {}
+    rules: dict[int, int] = {}  # id(plan) -> its rule number (the plans live through the call)
+    args: list[Any] = ["" if now is None else now, "1" if atomic else "0", len(ops), 0]
+    body: list[Any] = []
+    for mode, plan, key, cost, max_wait, lease_id in ops:
+        fields, tail = _plan_part(plan)
+        skey = f"{prefix}{{{escape(key)}{tail}"
+        i = index.get(skey)
+        if i is None:
+            keys.append(skey)
+            i = index[skey] = len(keys)
+        r = rules.get(id(plan))
+        if r is None:
+            args += fields
+            r = rules[id(plan)] = len(rules) + 1
+        if cost == 1 and mode == DECIDE and max_wait is None and lease_id is None:
+            body += ("D", i, r)
+        else:
+            body += (mode, i, r, cost, "" if max_wait is None else max_wait, "" if lease_id is None else lease_id)
+    args[3] = len(rules)
+    args += body
+    return keys, args
+
+
+def encode_redis_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
+    """``encode_redis([op], prefix, now)``, written out: the path of every single decision."""
+    mode, plan, key, cost, max_wait, lease_id = op
+    fields, tail = _plan_part(plan)
+    if cost == 1 and mode == DECIDE and max_wait is None and lease_id is None:
+        return [f"{prefix}{{{escape(key)}{tail}"], ["" if now is None else now, "0", 1, 1, *fields, "D", 1, 1]
+    return [f"{prefix}{{{escape(key)}{tail}"], [
+        "" if now is None else now,
+        "0",
+        1,
+        1,
+        *fields,
+        mode,
+        1,
+        1,
         cost,
         "" if max_wait is None else max_wait,
         "" if lease_id is None else lease_id,

@@ -178,7 +178,7 @@ class AsyncRedisCalls:
         its slot's call when only some calls failed (raised when they all did)."""
         if len(ops) == 1:  # the path of every lone decision: no planning, one call
             op = ops[0]
-            keys, args = wire.encode_one(op, self.core.prefix, now)
+            keys, args = wire.encode_redis_one(op, self.core.prefix, now)
             return wire.decode(ops, await self._evalsha(script_of(op[1].algorithm.name), keys, args, client))
         calls = self.core.calls(ops, now, atomic)
         results = self.core.assemble(len(ops), calls, await self._send(calls, client))

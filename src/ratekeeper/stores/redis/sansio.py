@@ -79,10 +79,10 @@ class RedisCore:
     def calls(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Call]:
         """The script calls deciding ``ops`` (one per hash slot on a Cluster)."""
         if len(ops) == 1:
-            keys, args = wire.encode_one(ops[0], self.prefix, now)  # atomic or not: the same for one op
+            keys, args = wire.encode_redis_one(ops[0], self.prefix, now)  # atomic or not: the same for one op
             return [Call((0,), ops, keys, args, script_of(ops[0][1].algorithm.name))]
         if not self.cluster:
-            keys, args = wire.encode(ops, self.prefix, now, atomic)
+            keys, args = wire.encode_redis(ops, self.prefix, now, atomic)
             return [Call(tuple(range(len(ops))), ops, keys, args, script_for({op[1].algorithm.name for op in ops}))]
         from redis.crc import key_slot
 
@@ -93,7 +93,7 @@ class RedisCore:
         calls = []
         for positions in groups.values():
             part = [ops[i] for i in positions]
-            keys, args = wire.encode(part, self.prefix, now, atomic)
+            keys, args = wire.encode_redis(part, self.prefix, now, atomic)
             calls.append(Call(tuple(positions), part, keys, args, script_for({op[1].algorithm.name for op in part})))
         return calls
 

@@ -5,10 +5,12 @@
 -- KEYS[k]   the storage key of each distinct (rule, key) the call touches
 -- ARGV[1]   now in µs, or "" for the server clock (Redis TIME)
 -- ARGV[2]   "1": atomic (every decide op is charged or none); "0": each op on its own
--- ARGV[3]   n_ops
--- then per op: mode ("d" decide, "p" peek, "r" refund), key index (into KEYS),
---   algorithm name, n_limits, n_limits x arity spec fields, cost, max_wait ("" = none),
---   lease id ("" = none)
+-- ARGV[3]   n_ops (the ops run to the end of ARGV)
+-- ARGV[4]   n_rules
+-- then per rule: algorithm name, n_limits, n_limits x arity spec fields
+-- then per op, to the end: mode ("d" decide, "p" peek, "r" refund, "D" decide with cost 1,
+--   no max_wait and no lease), key index (into KEYS), rule index (into the rules), and but
+--   for "D": cost, max_wait ("" = none), lease id ("" = none)
 --
 -- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
 -- remaining x n, reset x n.
@@ -43,16 +45,6 @@
 -- of a coalesced call usually share it), the reply written in place by the algorithms,
 -- no table beyond the ones the algorithms need, and a key's state kept in plain arrays
 -- indexed by its KEYS position (false = no state).
-
--- whether argv[a .. a + width - 1] and argv[b .. b + width - 1] are the same strings
-local function same_fields(argv, a, b, width)
-  for i = 0, width - 1 do
-    if argv[a + i] ~= argv[b + i] then
-      return false
-    end
-  end
-  return true
-end
 
 -- The state of numbers stored at key (nil: none) and its exp.
 local function read_numbers(key, algo, n)
@@ -130,36 +122,47 @@ local function rk_dispatch(KEYS, ARGV)
   local out = { nil, nil, nil, nil, nil, nil } -- made at the size of one one-limit reply
   local no = 0 -- entries in out
   local refused = false
-  local pos = 4
 
-  local specs, last_algo, last_n, last_pos -- the specs parsed for the op before
+  -- the rules: rules[3r - 2], rules[3r - 1], rules[3r] = rule r's algorithm, n, specs
+  local n_rules = argv[4] + 0
+  local rules = {}
+  local pos = 5
+  for r = 1, n_rules do
+    local algo = ALGORITHMS[argv[pos]]
+    if algo == nil then
+      return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos]))
+    end
+    local n = argv[pos + 1] + 0
+    local width = n * algo.arity
+    rules[3 * r - 2], rules[3 * r - 1], rules[3 * r] = algo, n, parse_specs(argv, pos + 2, width)
+    pos = pos + 2 + width
+  end
 
   while pos <= last do
     local mode = argv[pos]
     local k = argv[pos + 1] + 0
-    local algo = ALGORITHMS[argv[pos + 2]]
-    if algo == nil then
-      return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos + 2]))
+    local r = 3 * argv[pos + 2]
+    local algo, n, specs = rules[r - 2], rules[r - 1], rules[r]
+    if specs == nil then
+      return redis.error_reply("ratekeeper: malformed call: rule " .. tostring(argv[pos + 2]) .. " of " .. n_rules)
     end
-    local n = argv[pos + 3] + 0
-    local width = n * algo.arity
-    pos = pos + 4
-    if algo ~= last_algo or n ~= last_n or not same_fields(argv, pos, last_pos, width) then
-      specs = parse_specs(argv, pos, width) -- else the op before had the same rule: its specs serve
-      last_algo, last_n, last_pos = algo, n, pos
-    end
-    pos = pos + width
-    local cost = argv[pos] + 0
-    local max_wait = argv[pos + 1]
-    local lease = argv[pos + 2]
-    pos = pos + 3
-    if max_wait == "" then
-      max_wait = nil
+    local cost, max_wait, lease = 1, nil, nil
+    if mode == "D" then
+      mode = "d"
+      pos = pos + 3
     else
-      max_wait = max_wait + 0
-    end
-    if lease == "" then
-      lease = nil
+      cost = argv[pos + 3] + 0
+      max_wait = argv[pos + 4]
+      lease = argv[pos + 5]
+      pos = pos + 6
+      if max_wait == "" then
+        max_wait = nil
+      else
+        max_wait = max_wait + 0
+      end
+      if lease == "" then
+        lease = nil
+      end
     end
 
     local rec = keyed[k]
