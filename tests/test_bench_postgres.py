@@ -88,3 +88,12 @@ def test_the_sliding_log_by_length_admits_every_call_and_times_the_server(tiny: 
         assert log.sample.allowed == log.sample.calls  # the log stays at its length: every call fits
         assert log.server_ms > 0
     assert "### The sliding log by length" in tiny.to_markdown()
+
+
+def test_the_server_time_per_function_covers_every_rate_algorithm(tiny: bench.PostgresBenchResult) -> None:
+    assert [c.algorithm for c in tiny.functions] == list(bench.FUNCTION_ALGORITHMS)
+    for cell in tiny.functions:
+        assert cell.errors == 0 and cell.rate > 0
+        assert cell.functions, f"{cell.algorithm}: no function reported"
+        assert all(f.total_us >= f.self_us >= 0 for f in cell.functions)
+    assert "### Server time per decision, function by function" in tiny.to_markdown()

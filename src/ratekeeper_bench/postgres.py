@@ -29,6 +29,11 @@ has a state table of its own: ``pg_total_relation_size`` of a fresh copy of its 
 and of its segment table's, heap, indexes and TOAST, over the log's length; at 10 entries
 the pages' fixed size dominates).
 
+Then the server's time per decision, function by function (``--no-functions`` skips it;
+``pg_functions``): every algorithm on one hot key, one thread, with ``track_functions``
+on the store's connections, each function's self and total µs per decision from
+``pg_stat_user_functions``, next to the whole call's wall time.
+
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; ``main(argv)`` runs it alone
 (``python -m ratekeeper_bench.postgres``). Progress goes to standard error, the tables
 to standard output (and ``--markdown PATH``).
@@ -54,6 +59,7 @@ from ratekeeper_bench import report
 from ratekeeper_bench.latency import Sample, Target, time_sync, time_threads
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper_bench.peers import library_version
+from ratekeeper_bench.pg_functions import FunctionCell, measure_functions, render_functions
 from ratekeeper_bench.postgres_peers import SUBJECTS, Load, PgSubject, limit_text
 
 __all__ = [
@@ -96,6 +102,19 @@ STRATEGIES = ("for_update", "exclusion", "upsert")
 WARM_CALLS = 32
 STATS_SETTLE = 0.3
 """Seconds to let closed backends flush their statistics before the deadlock counter is read."""
+
+
+FUNCTION_ALGORITHMS = (
+    "gcra",
+    "token_bucket",
+    "fixed_window",
+    "sliding_window_log",
+    "sliding_window_counter",
+    "leaky_bucket",
+)
+"""The algorithms of the server-time-per-function part: every rate algorithm of the registry
+(a concurrency rule's cost depends on how many leases it holds, which back-to-back
+acquires without releases only grow)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +167,7 @@ class Settings:
     """For every subject's connections alike (off: ratekeeper's default)."""
     log_lengths: bool = True
     log_duration: float = LOG_DURATION
+    functions: bool = True
 
 
 @dataclass(slots=True)
@@ -163,6 +183,7 @@ class PostgresBenchResult:
     versions: dict[str, str] = field(default_factory=dict)
     cells: list[Cell] = field(default_factory=list)
     logs: list[LogCell] = field(default_factory=list)
+    functions: list[FunctionCell] = field(default_factory=list)
     failures: list[tuple[str, str]] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
@@ -302,8 +323,20 @@ def run_postgres_bench(
             steps.append((f"{scenario} {subj.name}", subj, scenario))
 
     lengths = LOG_LENGTHS if settings.log_lengths else ()
-    bar = report.Progress(progress_stream or sys.stderr, len(steps) + len(lengths), enabled=progress)
+    bar = report.Progress(
+        progress_stream or sys.stderr, len(steps) + len(lengths) + int(settings.functions), enabled=progress
+    )
     try:
+        if settings.functions:
+            label = "server time per function"
+            bar.start(label)
+            try:
+                result.functions = measure_functions(settings.url, FUNCTION_ALGORITHMS, settings.log_duration, bar.note)
+                summary = f"{len(result.functions)} algorithms"
+            except Exception as exc:  # noqa: BLE001 - one broken cell must not lose the others
+                result.failures.append((label, describe(exc)))
+                summary = "failed"
+            bar.finish(label, summary)
         for length in lengths:
             label = f"sliding log of {length:,} entries"
             bar.start(label)
@@ -431,6 +464,8 @@ def render_markdown(result: PostgresBenchResult) -> str:
             added = (b.bytes - a.bytes) / (b.length - a.length)
             out += ["", f"Bytes per entry added from {a.length:,} to {b.length:,} entries: {added:.1f}."]
         out.append("")
+    if result.functions:
+        out += render_functions(result.functions)
     out += ["What each row runs:", ""]
     out += [f"- {subj.name}: {subj.how}" for subj in SUBJECTS if subj.name in result.subjects]
     for label, reason in result.skipped:
@@ -471,6 +506,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-log-lengths", action="store_false", dest="log_lengths", help="skip the sliding log by length"
     )
     parser.add_argument(
+        "--no-functions", action="store_false", dest="functions", help="skip the server's time per function"
+    )
+    parser.add_argument(
         "--scenario",
         action="append",
         dest="scenarios",
@@ -501,6 +539,7 @@ def bench_from_args(
         workers=args.workers,
         synchronous_commit=args.synchronous_commit,
         log_lengths=args.log_lengths,
+        functions=args.functions,
         log_duration=min(LOG_DURATION, args.duration)
         if args.duration is not None
         else (QUICK_DURATION if quick else LOG_DURATION),
