@@ -15,7 +15,10 @@
 
 -- A one-limit call (the commonest) takes the fewest statements: each PL/pgSQL expression is
 -- prepared again in every transaction, so their number is most of the function's cost.
--- Windows and counts are numeric as stored; now // period is a bigint floor division.
+-- The arithmetic is bigint (stored as numeric): a window is now // period (a floor
+-- division, also for a negative now), a count at most a limit (2^50) and a cost at most
+-- 2^62 (the store's MAX_COST), so with |now| < 2^62 every value below stays within bigint
+-- ((window + 1) * period is at most now + period, a period below 2^49).
 
 CREATE OR REPLACE FUNCTION @schema@.rk_fixed_window(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
@@ -24,9 +27,9 @@ LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
     lim bigint;
     period bigint;
-    win numeric;
-    cnt numeric;
-    end_us numeric;
+    win bigint;
+    cnt bigint;
+    end_us bigint;
 BEGIN
     new_leases := ls;
     IF spec[3] IS NULL AND NOT refund THEN
