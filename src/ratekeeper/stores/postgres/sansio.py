@@ -248,7 +248,8 @@ class PostgresCore:
     def warm_up(self) -> tuple[str, tuple[Any, ...]]:
         """A statement that compiles every function and plans every statement inside them
         in a new session, for the shells to run in a transaction they roll back: a charge
-        and a refund of every algorithm, a GCRA fast call and two charges of the single-op
+        and a refund of every algorithm with one limit and a charge with two (each has a
+        path of its own for one limit), a GCRA fast call and two charges of the single-op
         function (one creates its row, one updates it), on keys of this session only, a
         sweep of nothing, and the sliding log's segment statements: a write-back that
         deletes and seals (``LOG_WARM_STATE``), a denial and a refund whose window starts in
@@ -256,12 +257,16 @@ class PostgresCore:
         or plans its writes (tens of milliseconds on a busy server) while it holds a row lock
         others wait for."""
         tag = secrets.token_hex(8)
+        count = len(ALGORITHM_FILES)
         keys = [f"ratekeeper warm-up {tag} {name}" for name in ALGORITHM_FILES]
-        fields: list[str] = ["", "0", str(2 * len(ALGORITHM_FILES))]
+        keys += [f"ratekeeper warm-up {tag} {name} two" for name in ALGORITHM_FILES]
+        fields: list[str] = ["", "0", str(3 * count)]
         for i, name in enumerate(ALGORITHM_FILES, 1):
             spec = ["1", "1", "1", "1"] if name in ("gcra", "token_bucket", "leaky_bucket") else ["1", "1"]
             fields += ["d", str(i), name, "1", *spec, "1", "", "w"]
             fields += ["r", str(i), name, "1", *spec, "1", "", "w"]
+            # two limits: the algorithms' general paths (one limit takes a path of its own)
+            fields += ["d", str(count + i), name, "2", *spec, *spec, "1", "", "w"]
         single = ",0,1,d,1,fixed_window,1,2,1000000000000,1,,"
         opts = self.options
         log = f"{opts.schema}.{opts.table}_sliding_window_log"
