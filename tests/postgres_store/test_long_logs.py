@@ -10,7 +10,6 @@ a reset, the sweep, a whole refund, a refused atomic call and a log in the old l
 
 from __future__ import annotations
 
-import asyncio
 import random
 import threading
 from typing import Any
@@ -23,10 +22,9 @@ from ratekeeper.op import Op
 from ratekeeper.rule import Rule
 from ratekeeper.stores import wire
 from ratekeeper.stores.postgres.store import PostgresStore
-from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 
 from .conftest import PG_URL
-from .traces import Model
+from .traces import Model, check_async_store
 
 pytestmark = pytest.mark.postgres
 
@@ -127,19 +125,7 @@ def test_long_logs_decide_as_the_reference(
 def test_async_long_log_decides_as_the_reference(pg_url: str, schema: str) -> None:
     plan = Rule("long-async", RULES["two"], "sliding_window_log").plan
 
-    async def main() -> None:
-        store = AsyncPostgresStore(pg_url)
-        try:
-            rng = random.Random("long-async")
-            model = Model()
-            for i, (now, atomic, ops) in enumerate(long_trace(rng, plan, 800)):
-                expected = model.run(now, atomic, ops)
-                actual = await store.decide_ops(ops, now=now, atomic=atomic)
-                assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
+    check_async_store(pg_url, long_trace(random.Random("long-async"), plan, 800))
     assert segments(schema)  # the log ended long enough to hold sealed segments
 
 

@@ -7,7 +7,6 @@ them), with explicit ``now``. Seeded, so a failure replays.
 
 from __future__ import annotations
 
-import asyncio
 import random
 
 import pytest
@@ -16,9 +15,8 @@ from ratekeeper.limit import Limit
 from ratekeeper.rule import Rule
 from ratekeeper.stores import wire
 from ratekeeper.stores.postgres.store import PostgresStore
-from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 
-from .traces import ALGORITHMS, Model, random_trace
+from .traces import ALGORITHMS, Model, check_async_store, random_trace
 
 pytestmark = pytest.mark.postgres
 
@@ -36,19 +34,7 @@ def test_store_decides_as_the_reference_on_random_traces(store: PostgresStore, a
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_async_store_decides_as_the_reference_on_random_traces(pg_url: str, algorithm: str) -> None:
-    async def main() -> None:
-        store = AsyncPostgresStore(pg_url)
-        try:
-            rng = random.Random(f"async-{algorithm}")
-            model = Model()
-            for i, (now, atomic, ops) in enumerate(random_trace(rng, algorithm, 60)):
-                expected = model.run(now, atomic, ops)
-                actual = await store.decide_ops(ops, now=now, atomic=atomic)
-                assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
-        finally:
-            await store.aclose()
-
-    asyncio.run(main())
+    check_async_store(pg_url, random_trace(random.Random(f"async-{algorithm}"), algorithm, 60))
 
 
 @pytest.mark.parametrize(

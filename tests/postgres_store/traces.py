@@ -8,7 +8,9 @@ whose decides are not all admitted keeps nothing.
 
 from __future__ import annotations
 
+import asyncio
 import random
+from collections.abc import Iterable
 from typing import Any
 
 from ratekeeper.algorithms.base import Plan
@@ -131,3 +133,22 @@ def random_trace(rng: random.Random, algorithm: str, length: int) -> list[Call]:
                 ops.append((wire.REFUND, plan, key, rng.choice((1, 2, 5)), None, None))
         calls.append((now, atomic, ops))
     return calls
+
+
+def check_async_store(pg_url: str, trace: Iterable[Call]) -> None:
+    """Run ``trace`` on an ``AsyncPostgresStore`` at ``pg_url``, each call's decisions equal
+    to the reference model's (the assertion names the first call that differs)."""
+    from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
+
+    async def main() -> None:
+        store = AsyncPostgresStore(pg_url)
+        try:
+            model = Model()
+            for i, (now, atomic, ops) in enumerate(trace):
+                expected = model.run(now, atomic, ops)
+                actual = await store.decide_ops(ops, now=now, atomic=atomic)
+                assert expected == actual, f"call {i} at now={now} atomic={atomic}: {ops}"
+        finally:
+            await store.aclose()
+
+    asyncio.run(main())
