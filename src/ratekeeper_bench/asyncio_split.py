@@ -15,7 +15,7 @@ and, with no server at all, two floors of the client alone:
 - **asyncio**: ``tasks`` tasks, each awaiting a future that one ``call_soon`` callback
   answers for everyone waiting: what asyncio itself costs per awaited decision;
 - **coalescer + wire**: the same through ratekeeper's ``AsyncCoalescer``, the call being
-  the wire format's ``encode`` and ``decode`` of the batch around a ``sleep(0)``: the
+  the wire format's ``encode_redis`` and ``decode`` of the batch around a ``sleep(0)``: the
   client's share before redis-py and the socket.
 
 One process decides at most 1 / (client µs) decisions per second however fast the
@@ -174,7 +174,7 @@ async def _coalescer_floor(duration: float, tasks: int) -> tuple[float, float]:
     reply = [1, -1, 0, 0, 999_999_999, 1]  # one admitted gcra decision in the wire format
 
     async def run(ops: Sequence[Op], now: int | None) -> list[Any]:
-        wire.encode(ops, "split:", now)
+        wire.encode_redis(ops, "split:", now)
         await asyncio.sleep(0)
         return wire.decode(ops, reply * len(ops))
 
