@@ -735,3 +735,41 @@ def test_a_driver_does_not_keep_the_store_whose_method_it_runs_alive() -> None:
     gone = weakref.ref(store)
     del store
     assert gone() is None
+
+
+def test_spread_calls_take_an_even_share_of_the_ops_queued_and_in_flight() -> None:
+    """With ``spread`` a call takes at most (queued + in flight) / max_in_flight ops, so two
+    slots carry calls of even sizes; without it the first call takes every queued op."""
+    spread: Coalescer[int, str] = Coalescer(2, 256, spread=True)
+    for i in range(50):
+        spread.push(i, None, f"w{i}")
+    first, second = spread.take(), spread.take()
+    assert first is not None and second is not None
+    assert (first[0], second[0]) == (list(range(25)), list(range(25, 50)))
+    assert spread.take() is None  # no slot free
+    spread.finish(first[0])
+    for i in range(50, 75):
+        spread.push(i, None, f"w{i}")
+    third = spread.take()
+    assert third is not None and third[0] == list(range(50, 75))
+
+    # calls of uneven sizes even out as they return: 40 and 10 in flight
+    uneven: Coalescer[int, str] = Coalescer(2, 256, spread=True)
+    for i in range(40):
+        uneven.push(i, None, "w")
+    big = uneven.take()
+    assert big is not None and len(big[0]) == 20  # its share of 40 over two slots
+    uneven.push(99, None, "w")
+    rest = uneven.take()
+    assert rest is not None and len(rest[0]) == 21
+    uneven.finish(rest[0])
+    for i in range(100, 121):
+        uneven.push(i, None, "w")
+    again = uneven.take()
+    assert again is not None and len(again[0]) == 21  # (21 queued + 20 in flight) / 2, rounded up
+
+    whole: Coalescer[int, str] = Coalescer(2, 256)
+    for i in range(50):
+        whole.push(i, None, "w")
+    taken = whole.take()
+    assert taken is not None and len(taken[0]) == 50

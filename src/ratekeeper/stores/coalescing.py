@@ -24,7 +24,13 @@ The pieces:
   call takes the oldest queued op that may go now (its row idle, under the row rule),
   and after it the queued ops that share its ``now``, at most ``max_batch``, in arrival
   order; an op that must stay (another ``now``, a busy row, a full call) keeps every
-  later op of its row back, so the ops of one row always apply in arrival order.
+  later op of its row back, so the ops of one row always apply in arrival order. With
+  ``spread`` (the asyncio Redis store), a call takes at most its share of the ops queued and in flight (their
+  number over ``max_in_flight``), so that the calls overlap at even sizes: the client reads
+  one call's answers while the server decides the other's, where one call of every queued
+  op leaves the client idle while the server works, and the server while the client does.
+  (Threads gain nothing from it: a thread's own work holds the GIL, and 16 threads on a hot
+  key measured 8 % slower with it.)
 - ``ThreadCoalescer`` (``coalescing_threads.py``): a lone caller with nothing queued and
   a slot free sends at once and pays nothing more than two lock round trips; the others
   queue, and when a call returns the next call is sent by its first still-waiting caller
@@ -87,7 +93,7 @@ class Coalescer(Generic[OpT, W]):
     ``finish`` with the ops it started with.
     """
 
-    __slots__ = ("busy", "in_flight", "max_batch", "max_in_flight", "queue", "row")
+    __slots__ = ("busy", "in_flight", "max_batch", "max_in_flight", "queue", "row", "sent", "spread")
 
     def __init__(
         self,
@@ -95,14 +101,18 @@ class Coalescer(Generic[OpT, W]):
         max_batch: int,
         row: Callable[[OpT], Hashable] | None = None,
         one_call_per_row: bool = False,
+        spread: bool = False,
     ) -> None:
         if one_call_per_row and row is None:
             raise ValueError("one_call_per_row needs the row function")
         self.queue: deque[tuple[OpT, int | None, W]] = deque()
         self.in_flight = 0
+        self.sent = 0
+        """Ops in the calls in flight."""
         self.max_in_flight = max_in_flight
         self.max_batch = max_batch
         self.row = row
+        self.spread = spread
         self.busy: dict[Hashable, int] | None = {} if one_call_per_row else None
         """Under the row rule: each row with a call in flight, and how many of its ops."""
 
@@ -118,6 +128,7 @@ class Coalescer(Generic[OpT, W]):
                 return False
             busy[row] = 1
         self.in_flight += 1
+        self.sent += 1
         return True
 
     def push(self, op: OpT, now: int | None, waiter: W) -> None:
@@ -134,6 +145,8 @@ class Coalescer(Generic[OpT, W]):
         if self.in_flight >= self.max_in_flight or not queue:
             return None
         busy, row, limit = self.busy, self.row, self.max_batch
+        if self.spread:  # this call's share of the ops queued and in flight
+            limit = min(limit, -(-(len(queue) + self.sent) // self.max_in_flight))
         blocked: set[Hashable] = set(busy) if busy else set()  # rows none of whose ops may go now
         ops: list[OpT] = []
         waiters: list[W] = []
@@ -162,6 +175,7 @@ class Coalescer(Generic[OpT, W]):
         if not ops:
             return None
         self.in_flight += 1
+        self.sent += len(ops)
         if busy is not None:
             for op in ops:
                 r = row(op)  # type: ignore[misc]
@@ -171,6 +185,7 @@ class Coalescer(Generic[OpT, W]):
     def finish(self, ops: Sequence[OpT]) -> None:
         """The call started with ``ops`` returned (or failed)."""
         self.in_flight -= 1
+        self.sent -= len(ops)
         busy = self.busy
         if busy is not None:
             row = self.row

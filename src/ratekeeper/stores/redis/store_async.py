@@ -49,7 +49,7 @@ class AsyncRedisStore(AsyncRedisCalls):
         self._laned = not core.cluster and core.max_connections > core.max_in_flight
         self._lanes: list[AsyncLane] = []  # idle lanes (see _on_lane)
         self._coalescer: AsyncCoalescer[wire.Op, Decision | None] = AsyncCoalescer(
-            Coalescer(core.max_in_flight, core.max_batch, row),
+            Coalescer(core.max_in_flight, core.max_batch, row, spread=True),
             self._on_lane,
             store_down,
             core.timeout,
