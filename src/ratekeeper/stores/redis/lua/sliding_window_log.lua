@@ -128,9 +128,10 @@ local function swl_reaching(log, lo, hi, target)
   return lo
 end
 
--- The first record in i..j-1 (j <= n) whose time is after x (j when none), and the total
--- of the record before it (nil when it is i). The stored ones are read in one GETRANGE at
--- most, and unpacked only up to the answer (usually the first or second).
+-- The first record in i..j-1 (j <= n) whose time is after x (j when none), the total of
+-- the record before it (nil when it is i), and that record's time and total (nil when
+-- none). The stored ones are read in one GETRANGE at most, and unpacked only up to the
+-- answer (usually the first or second).
 local function swl_scan(log, i, j, x)
   local stored = log.stored
   local k, before = i, nil
@@ -142,7 +143,7 @@ local function swl_scan(log, i, j, x)
       local t, c
       t, c, pos = struct.unpack(rfmt, raw, pos)
       if ref + t > x then
-        return k, before
+        return k, before, ref + t, c
       end
       before = c
       k = k + 1
@@ -151,7 +152,7 @@ local function swl_scan(log, i, j, x)
   while k < j do
     local t, c = swl_rec(log, k)
     if t > x then
-      return k, before
+      return k, before, t, c
     end
     before = c
     k = k + 1
@@ -223,42 +224,23 @@ local function swl_trim(log, cutoff)
     swl_empty(log)
     return
   end
-  -- the newest is live: read the entries after start a chunk at a time, then bisect
-  local stored = log.stored
-  local i = start
+  -- the newest is live: scan a chunk of the entries after start, then bisect
   local last = start + SWL_CHUNK
   if last > n then
     last = n
   end
-  if i < stored and i * log.rw < log.tail_from then
-    local top = last < stored and last or stored
-    local raw = redis.call("GETRANGE", log.key, i * log.rw, top * log.rw - 1)
-    local pos, rfmt, ref = 1, log.rfmt, log.ref
-    while i < top do
-      local t, c
-      t, c, pos = struct.unpack(rfmt, raw, pos)
-      t = ref + t
-      if t > cutoff then
-        log.start, log.ft, log.fc = i, t, c
-        return
-      end
-      log.base = c
-      i = i + 1
+  local i, before, ft, fc = swl_scan(log, start, last, cutoff)
+  if i < last then
+    log.start, log.ft, log.fc = i, ft, fc
+    if before ~= nil then
+      log.base = before
     end
-  end
-  while i < last do
-    local t, c = swl_rec(log, i)
-    if t > cutoff then
-      log.start, log.ft, log.fc = i, t, c
-      return
-    end
-    log.base = c
-    i = i + 1
+    return
   end
   i = swl_after(log, i, n, cutoff)
   local t, c = swl_rec(log, i)
-  local _, before = swl_rec(log, i - 1)
-  log.start, log.ft, log.fc, log.base = i, t, c, before
+  local _, prior = swl_rec(log, i - 1)
+  log.start, log.ft, log.fc, log.base = i, t, c, prior
 end
 
 -- Load records start..last-1 into at/ac: the value is then rewritten whole.
