@@ -192,10 +192,7 @@ def encode_redis(
         if r is None:
             args += fields
             r = rules[id(plan)] = len(rules) + 1
-        if cost == 1 and mode == DECIDE and max_wait is None and lease_id is None:
-            body += ("D", i, r)
-        else:
-            body += (mode, i, r, cost, "" if max_wait is None else max_wait, "" if lease_id is None else lease_id)
+        body += _redis_op(mode, i, r, cost, max_wait, lease_id)
     args[3] = len(rules)
     args += body
     return keys, args
@@ -205,21 +202,23 @@ def encode_redis_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[
     """``encode_redis([op], prefix, now)``, written out: the path of every single decision."""
     mode, plan, key, cost, max_wait, lease_id = op
     fields, tail = _plan_part(plan)
-    if cost == 1 and mode == DECIDE and max_wait is None and lease_id is None:
-        return [f"{prefix}{{{escape(key)}{tail}"], ["" if now is None else now, "0", 1, 1, *fields, "D", 1, 1]
     return [f"{prefix}{{{escape(key)}{tail}"], [
         "" if now is None else now,
         "0",
         1,
         1,
         *fields,
-        mode,
-        1,
-        1,
-        cost,
-        "" if max_wait is None else max_wait,
-        "" if lease_id is None else lease_id,
+        *_redis_op(mode, 1, 1, cost, max_wait, lease_id),
     ]
+
+
+def _redis_op(
+    mode: str, key_index: int, rule: int, cost: int, max_wait: int | None, lease_id: str | None
+) -> tuple[Any, ...]:
+    """One op's fields in the compact form: "D" for a plain decide of cost 1."""
+    if cost == 1 and mode == DECIDE and max_wait is None and lease_id is None:
+        return ("D", key_index, rule)
+    return (mode, key_index, rule, cost, "" if max_wait is None else max_wait, "" if lease_id is None else lease_id)
 
 
 def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
