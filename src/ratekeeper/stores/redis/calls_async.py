@@ -51,6 +51,37 @@ class AsyncRedisCalls:
         loaded it; None while it found it loaded)."""
         self._active = 0  # client calls under way (see _done)
         self._leaked = False
+        # lanes hold connections of the pool for good: leave at least one to the calls that
+        # do not hold a slot (decide_many, reset, batching off, loading the library)
+        self._laned = not self.core.cluster and self.core.max_connections > self.core.max_in_flight
+        self._lanes: list[Any] = []  # idle lanes (see _on_lane)
+
+    async def _on_lane(self, ops: Sequence[wire.Op], now: int | None) -> list[Any]:
+        """``_run`` for a call holding an in-flight slot, on a connection of its own.
+
+        Each slot's call goes out on an idle lane (at most ``max_in_flight`` of them, made on
+        first use by the store's ``_new_lane``) instead of a checkout from the client's pool
+        per call: redis-py's pools take a lock and test every connection they hand out, and
+        its client dispatches each command, which cost a coalesced call more than the rest
+        of our Python. A lane whose call failed was disconnected by redis-py, which retried
+        it or reconnects on the next call (behind Sentinel: to the master the sentinels
+        name then). Not on a Cluster (a connection per node).
+        """
+        if not self._laned:
+            return await self._run(ops, now)
+        try:
+            lane = self._lanes.pop()  # one step under the GIL, and asyncio runs one task at a time: no lock
+        except IndexError:
+            lane = await self._new_lane()
+        try:
+            return await self._run(ops, now, client=lane)
+        finally:
+            self._lanes.append(lane)
+
+    async def _new_lane(self) -> Any:
+        """A new lane: something with the client's ``execute_command`` and ``script_load``
+        on a connection of the pool held for it (each store makes its own)."""
+        raise NotImplementedError
 
     async def _eval(self, call: Call, client: Any = None) -> Any:
         return await self._evalsha(call.script, call.keys, call.args, client)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
@@ -40,10 +40,6 @@ class RedisStore(RedisCalls):
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         super().__init__(url, **options)
-        self._lanes: list[Any] = []  # idle single-connection clients (see _on_lane)
-        # lanes hold connections of the pool for good: leave at least one to the calls
-        # that do not hold a slot (decide_many, reset, batching off)
-        self._laned = not self.core.cluster and self.core.max_connections > self.core.max_in_flight
         self._coalesce()
         _LANED.add(self)
 
@@ -72,30 +68,10 @@ class RedisStore(RedisCalls):
     def refund(self, op: Op, now: int | None = None) -> None:
         self._submit(op, now)
 
-    def _on_lane(self, ops: Sequence[wire.Op], now: int | None) -> list[Any]:
-        """``_run`` for a thread holding an in-flight slot, on a connection of its own.
-
-        Each slot's call goes out on an idle single-connection client (a "lane"; at most
-        ``max_in_flight`` of them, made on first use) instead of a pool checkout per call:
-        redis-py's pools test every connection they hand out for unread data (a poll per
-        call) and take a lock, which cost a lone caller more than the rest of our Python.
-        A lane whose call failed was disconnected by redis-py and reconnects on its next
-        call (behind Sentinel: to the master the sentinels name then). A forked child
-        makes lanes of its own (redis-py's pools reset after a fork; a single-connection
-        client does not). Not on a Cluster (a connection per node).
-        """
-        if not self._laned:
-            return self._run(ops, now)
-        try:
-            lane = self._lanes.pop()  # atomic under the GIL: no lock needed
-        except IndexError:
-            lane = self._new_lane()
-        try:
-            return self._run(ops, now, client=lane)
-        finally:
-            self._lanes.append(lane)
-
     def _new_lane(self) -> Any:
+        """A single-connection client on the pool (a thread's lane, see ``_on_lane``): a
+        forked child makes lanes of its own (redis-py's pools reset after a fork; a
+        single-connection client does not)."""
         import redis
 
         try:

@@ -9,7 +9,7 @@ ran one after another.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
@@ -44,10 +44,6 @@ class AsyncRedisStore(AsyncRedisCalls):
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         super().__init__(url, **options)
         core = self.core
-        # lanes hold connections of the pool for good: leave at least one to the calls that do
-        # not hold a slot (decide_many, reset, batching off, loading the library)
-        self._laned = not core.cluster and core.max_connections > core.max_in_flight
-        self._lanes: list[AsyncLane] = []  # idle lanes (see _on_lane)
         self._coalescer: AsyncCoalescer[wire.Op, Decision | None] = AsyncCoalescer(
             Coalescer(core.max_in_flight, core.max_batch, row, spread=True),
             self._on_lane,
@@ -63,32 +59,11 @@ class AsyncRedisStore(AsyncRedisCalls):
     """One op's decision (None for a refund): the coalescer's ``submit``, bound once (one
     coroutine less on the hot path), or ``_alone`` with batching off."""
 
-    async def _on_lane(self, ops: Sequence[wire.Op], now: int | None) -> list[Any]:
-        """``_run`` for a call holding an in-flight slot, on a connection of its own.
-
-        Each slot's call goes out on an idle lane (``AsyncLane``: one connection of the
-        store's pool, held; at most ``max_in_flight`` of them, made on first use) instead
-        of the client's ``execute_command``, whose pool checkout and command dispatch cost
-        about a third of a coalesced call's client CPU. The lane sends and reads with
-        redis-py's own connection (its parser, errors, timeouts, authentication, TLS) and
-        retries as the client would: after any failure but an error reply the connection
-        is dropped and the command sent again on a new one (behind Sentinel: to the master
-        the sentinels name then). Not on a Cluster (a connection per node).
-        """
-        if not self._laned:
-            return await self._run(ops, now)
+    async def _new_lane(self) -> AsyncLane:
+        """A connection of the pool, held (``AsyncLane``: redis-py's own ``Connection`` and
+        its retry, without the client's pool checkout and dispatch per call)."""
         try:
-            lane = self._lanes.pop()
-        except IndexError:
-            lane = AsyncLane(await self._lane_connection())
-        try:
-            return await self._run(ops, now, client=lane)
-        finally:
-            self._lanes.append(lane)
-
-    async def _lane_connection(self) -> Any:
-        try:
-            return await self.client.connection_pool.get_connection()
+            return AsyncLane(await self.client.connection_pool.get_connection())
         except self._errors as exc:
             raise translate(exc, "a decision") from exc
 
