@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -72,28 +72,8 @@ def starlette_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
     return AppServer("web_wsgi.starlette_app:app", config, tmp_path, kind="uvicorn", workers=2, name="uvicorn-2p")
 
 
-@pytest.mark.redis
-def test_two_uvicorn_processes_on_redis(tmp_path: Path) -> None:
-    suffix = f".{uuid.uuid4().hex[:8]}"
-    with starlette_on("redis://127.0.0.1:6379/0", suffix, tmp_path) as server:
-        partner_bursts(server, suffix)
-        sustained_load(server)
-
-
-@pytest.mark.postgres
-def test_two_uvicorn_processes_on_postgres(tmp_path: Path, pg_schema: str) -> None:
-    suffix = f".{uuid.uuid4().hex[:8]}"
-    with starlette_on(f"postgresql://127.0.0.1:5432/test?schema={pg_schema}", suffix, tmp_path) as server:
-        partner_bursts(server, suffix)
-        sustained_load(server)
-
-
-@pytest.mark.redis
-def test_two_workers_on_redis(tmp_path: Path) -> None:
-    suffix = f".{uuid.uuid4().hex[:8]}"
-    with flask_on("redis://127.0.0.1:6379/0", suffix, tmp_path) as server:
-        partner_bursts(server, suffix)
-        sustained_load(server)
+REDIS = "redis://127.0.0.1:6379/0"
+POSTGRES = "postgresql://127.0.0.1:5432/test"
 
 
 @pytest.fixture
@@ -101,13 +81,24 @@ def pg_schema() -> Iterator[str]:
     """A schema of its own for this test, dropped afterwards."""
     schema = f"rk_wsgi_{uuid.uuid4().hex[:10]}"
     yield schema
-    with psycopg.connect("postgresql://127.0.0.1:5432/test", autocommit=True) as conn:
+    with psycopg.connect(POSTGRES, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-@pytest.mark.postgres
-def test_two_workers_on_postgres(tmp_path: Path, pg_schema: str) -> None:
+@pytest.mark.parametrize(
+    ("server_on", "store"),
+    [
+        pytest.param(starlette_on, "redis", id="two_uvicorn_processes_on_redis", marks=pytest.mark.redis),
+        pytest.param(starlette_on, "postgres", id="two_uvicorn_processes_on_postgres", marks=pytest.mark.postgres),
+        pytest.param(flask_on, "redis", id="two_workers_on_redis", marks=pytest.mark.redis),
+        pytest.param(flask_on, "postgres", id="two_workers_on_postgres", marks=pytest.mark.postgres),
+    ],
+)
+def test_processes_sharing_a_store(
+    server_on: Callable[[str, str, Path], AppServer], store: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = REDIS if store == "redis" else f"{POSTGRES}?schema={request.getfixturevalue('pg_schema')}"
     suffix = f".{uuid.uuid4().hex[:8]}"
-    with flask_on(f"postgresql://127.0.0.1:5432/test?schema={pg_schema}", suffix, tmp_path) as server:
+    with server_on(url, suffix, tmp_path) as server:
         partner_bursts(server, suffix)
         sustained_load(server)
