@@ -19,6 +19,8 @@ LAYERS: dict[str, int] = {
     "decision": 0,
     "clock": 0,
     "op": 0,
+    "bounded": 0,  # a bound on what clients may create
+    "keys": 0,  # a rendered key kept within the stores' bound
     # the reference algorithms: pure functions over the vocabulary
     "algorithms": 1,
     # what users declare
