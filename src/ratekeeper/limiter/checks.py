@@ -4,9 +4,8 @@
 from __future__ import annotations
 
 import math
-import os
+import secrets
 from collections.abc import Iterable
-from itertools import count
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.decision import BatchDecision, Decision
@@ -14,11 +13,14 @@ from ratekeeper.errors import ConfigurationError, InvalidRequest
 from ratekeeper.op import Op
 from ratekeeper.quota import UNLIMITED
 from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.stores.bounds import MAX_COST, MAX_LEASE_ID_LENGTH, check_lease_id, unencodable_at
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
 __all__ = [
+    "MAX_COST",
+    "MAX_LEASE_ID_LENGTH",
     "bad_call",
     "batch_ops",
     "batch_result",
@@ -33,13 +35,18 @@ __all__ = [
     "unencodable_at",
 ]
 
-_lease_prefix = os.urandom(6).hex()
-_lease_counter = count(1)
+LEASE_ID_BYTES = 16
 
 
 def new_lease_id() -> str:
-    """A lease id unique across processes (random prefix) and within this one (counter)."""
-    return f"{_lease_prefix}-{next(_lease_counter)}"
+    """A lease id no one can guess: 128 random bits, 22 URL-safe characters (within
+    ``MAX_LEASE_ID_LENGTH`` and free of the commas and ``%`` the PostgreSQL wire escapes).
+
+    An id that followed a counter would let any client that saw one of its own ids name
+    (and release) the leases handed out around it; the ids also stay unique across
+    processes and restarts without any shared state.
+    """
+    return secrets.token_urlsafe(LEASE_ID_BYTES)
 
 
 def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
@@ -64,24 +71,12 @@ def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
         )
     if isinstance(cost, bool) or not isinstance(cost, int):
         return InvalidRequest(f"cost must be a non-negative integer, got {type(cost).__name__} {cost!r}")
+    if cost > MAX_COST:
+        return InvalidRequest(
+            f"cost may be at most 2**50 ({MAX_COST}), the largest count a limit may have (no limit could "
+            f"ever admit more), got {cost}"
+        )
     return InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
-
-
-def unencodable_at(text: str) -> int | None:
-    """The index of the first character of ``text`` that UTF-8 cannot encode (a lone
-    surrogate, which ``json.loads`` and ``os.fsdecode`` can return), else None.
-
-    Every store accepts the same keys: any valid Unicode text (NUL, braces, ``%`` and the
-    rest are stored faithfully, ``stores.wire.escape``); only these are refused, at the
-    call, before the op can reach a store or share a batch with other callers' ops.
-    """
-    if text.isascii():
-        return None
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None
 
 
 def plan_for(rule: Rule, key: str) -> Plan | None:
@@ -100,7 +95,7 @@ def check(rule: Any, key: Any, cost: Any) -> None:
         or not key
         or len(key) > MAX_KEY_LENGTH
         or type(cost) is not int
-        or cost < 0
+        or not 0 <= cost <= MAX_COST
         or (not key.isascii() and unencodable_at(key) is not None)
     ):
         raise bad_call(rule, key, cost)
@@ -153,29 +148,6 @@ def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecisi
         # Nothing was charged, so no lease is held: do not hand out their ids.
         decisions = tuple(d.without_lease() if d.lease_id else d for d in decisions)
     return BatchDecision(decisions)
-
-
-MAX_LEASE_ID_LENGTH = 128
-
-
-def check_lease_id(lease_id: object) -> None:
-    """Refuse a lease id no store could have issued, the same on every store: not a str,
-    empty, longer than ``MAX_LEASE_ID_LENGTH``, or holding NUL or a lone surrogate (which
-    PostgreSQL's text and UTF-8 cannot hold). An id of the right form that is not held
-    (released, expired, never issued) is released harmlessly."""
-    if type(lease_id) is not str:
-        raise InvalidRequest(
-            f"lease_id must be the str of a Decision's lease_id (or Lease.id), got {type(lease_id).__name__} "
-            f"{lease_id!r}"
-        )
-    if not lease_id or len(lease_id) > MAX_LEASE_ID_LENGTH or "\x00" in lease_id:
-        raise InvalidRequest(
-            f"lease_id {lease_id!r} cannot be a lease id: one is a non-empty str of at most "
-            f"{MAX_LEASE_ID_LENGTH} characters without NUL, as a Decision's lease_id (or Lease.id) gives it"
-        )
-    bad = unencodable_at(lease_id)
-    if bad is not None:
-        raise InvalidRequest(f"lease_id {lease_id!r} holds a lone surrogate at index {bad}: it cannot be a lease id")
 
 
 def refund_op(rule: Rule, key: str, cost: int, lease_id: str | None) -> Op | None:

@@ -53,7 +53,8 @@ def acquire_flow(
     deadline = None if timeout is None else start + round(timeout * 1_000_000)
     poll = POLL_FIRST
     while True:
-        left = UNBOUNDED_WAIT if deadline is None else max(0, deadline - clock.now_us())
+        # a timeout of centuries waits as long as it takes: max_wait stays within what stores hold
+        left = UNBOUNDED_WAIT if deadline is None else min(UNBOUNDED_WAIT, max(0, deadline - clock.now_us()))
         decision: Decision = yield Op.decide(plan, key, cost, left if algorithm.reserves else None, lease_id)
         if decision.allowed:
             if decision.delay_us > 0:

@@ -16,6 +16,7 @@ from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import StoreError
 from ratekeeper.limiter.breaker import CircuitBreaker
 from ratekeeper.limiter.checks import (
+    MAX_COST,
     bad_call,
     batch_ops,
     batch_result,
@@ -126,7 +127,7 @@ class Limiter:
             or not key
             or len(key) > MAX_KEY_LENGTH
             or type(cost) is not int
-            or cost < 0
+            or not 0 <= cost <= MAX_COST
             or (not key.isascii() and unencodable_at(key) is not None)
         ):
             raise bad_call(rule, key, cost)

@@ -15,6 +15,8 @@ about its errors and rows:
   with a call in flight queues its further ops (PostgreSQL: a second statement on a row
   would only wait for the first one's row lock on the server).
 - ``store_down(exc)``: whether a failed call says the store timed out or is unreachable.
+- ``applied_nothing(exc)`` (optional): whether a failed call is sure to have applied none
+  of its ops (then it may be decided again in parts: ``apart``).
 - ``timeout``: the store's timeout, also the longest a queued caller waits.
 
 The pieces:
@@ -54,9 +56,10 @@ The guarantees, the same for every store, sync and asyncio:
    that op's caller alone; a call that failed with a ``StoreError`` fails its own callers;
    when it failed because the store is down or timed out (``store_down``), the callers
    queued behind it get that same error at once instead of a call of their own. A call of
-   several ops that raised anything else (the client refused to encode an op: the call
-   was never sent; see ``one_by_one`` below) is sent again one op per call, so each caller
-   gets its own op's answer or error, never another caller's exception.
+   several ops that failed without applying anything because of one op (the client
+   refused to encode it; the store's script or statement failed on its data:
+   ``applied_nothing``) is decided again in halves (``apart`` below), so only the guilty
+   op's caller gets the error and every other caller its own decision, never decided twice.
 3. A caller's interruption is its own: a ``KeyboardInterrupt`` / ``SystemExit`` in the
    thread that sends a call (or the cancellation of the task that runs it) is raised
    there alone; the other callers of that call get a ``StoreError`` saying its outcome is
@@ -71,12 +74,12 @@ from __future__ import annotations
 import inspect
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any, Generic, TypeVar
 
 from ratekeeper.errors import StoreError, StoreTimeout
 
-__all__ = ["Coalescer", "held_weakly", "interrupted", "too_late"]
+__all__ = ["Coalescer", "apart", "held_weakly", "interrupted", "needs_apart", "splitter", "too_late"]
 
 OpT = TypeVar("OpT")
 W = TypeVar("W")
@@ -212,12 +215,91 @@ class Coalescer(Generic[OpT, W]):
         return waiters
 
 
-# one_by_one: when a call of several ops raises an exception that is not a StoreError, the
-# drivers send each op again in a call of its own and give each caller its own answer. The
-# stores translate every error of the store and of the connection to a StoreError; anything
-# else is raised by the client while it builds the request (an op it cannot encode), before
-# anything was sent, so sending the ops again charges nothing twice. The limiters refuse
-# such ops at the call (InvalidRequest): this is the last line, for an op that slipped past.
+# Re-splitting (``apart``): a call of several ops that failed because of one op's data must
+# not fail the others. A store says which of its errors guarantee that the call applied
+# nothing (``applied_nothing``: a Lua error raised before the script's writes, a PostgreSQL
+# statement error, which rolls the statement back); an exception that is not a StoreError
+# was raised by the client while it built the request, before anything was sent. After
+# such a failure the ops are decided again in halves, down to the guilty op alone, which
+# gets the error; every other op is decided exactly once, in its arrival order. A failure
+# that may have applied something (a lost connection, a timeout) is never retried: the
+# ops of that call get it, and once the store is down the ops not yet sent get it too.
+# The limiters and the stores' entries refuse bad ops first (``stores.bounds``): this is
+# the last line, for what only the store can find wrong (a key holding another rule's
+# value, say).
+
+Reply = Any
+"""A call's reply as the drivers hand it to ``apart``: its results, or what it raised."""
+
+
+def apart(
+    ops: Sequence[OpT],
+    first: Reply,
+    may_split: Callable[[BaseException], bool],
+    store_down: Callable[[BaseException], bool],
+) -> Generator[Sequence[OpT], Reply, list[Any]]:
+    """Each op's result or its own error, given ``first``, the reply of the call of all of
+    ``ops``: yields the ops of each further call to make (in order) and is sent its reply.
+    ``may_split(exc)``: ``exc`` failed a call without applying any of it."""
+    out: list[Any] = [None] * len(ops)
+    todo: list[list[int]] = []  # the position lists still to decide, the next one last
+    stop: BaseException | None = None
+
+    def take(positions: list[int], reply: Reply) -> None:
+        nonlocal stop
+        if isinstance(reply, BaseException):
+            if len(positions) > 1 and may_split(reply):
+                half = len(positions) // 2
+                todo.extend((positions[half:], positions[:half]))
+                return
+            for i in positions:
+                out[i] = reply
+            if not may_split(reply) and store_down(reply):
+                stop = reply
+            return
+        shared: dict[int, list[int]] = {}  # a Cluster slot's call that failed, over several ops
+        for i, result in zip(positions, reply, strict=True):
+            out[i] = result
+            if isinstance(result, BaseException) and may_split(result):
+                shared.setdefault(id(result), []).append(i)
+        todo.extend(reversed([group for group in shared.values() if len(group) > 1]))
+
+    take(list(range(len(ops))), first)
+    while todo:
+        positions = todo.pop()
+        if stop is not None:
+            for i in positions:
+                out[i] = stop
+            continue
+        reply = yield [ops[i] for i in positions]
+        take(positions, reply)
+    return out
+
+
+def needs_apart(results: Sequence[Any], may_split: Callable[[BaseException], bool]) -> bool:
+    """Whether a call's results hold one error shared by several of its ops that applied
+    nothing (a Cluster slot's call): those ops are then decided again apart."""
+    seen: set[int] = set()
+    for result in results:
+        if isinstance(result, BaseException) and may_split(result):
+            if id(result) in seen:
+                return True
+            seen.add(id(result))
+    return False
+
+
+def splitter(applied_nothing: Callable[[BaseException], bool] | None) -> Callable[[BaseException], bool]:
+    """``may_split`` of a store: not a ``StoreError`` (the client refused to build the call:
+    nothing was sent), or a ``StoreError`` its store says applied nothing."""
+
+    def may_split(exc: BaseException) -> bool:
+        if not isinstance(exc, Exception):
+            return False
+        if not isinstance(exc, StoreError):
+            return True
+        return applied_nothing is not None and applied_nothing(exc)
+
+    return may_split
 
 
 def held_weakly(run: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[[], Any]]:

@@ -19,8 +19,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from ratekeeper.errors import StoreError
-from ratekeeper.stores.coalescing import Coalescer, held_weakly, interrupted, too_late
+from ratekeeper.stores.coalescing import (
+    Coalescer,
+    Reply,
+    apart,
+    held_weakly,
+    interrupted,
+    needs_apart,
+    splitter,
+    too_late,
+)
 
 __all__ = ["AsyncCoalescer"]
 
@@ -33,7 +41,8 @@ class AsyncCoalescer(Generic[OpT, R]):
     (a bound method is held weakly: its object, the store, owns this driver).
 
     ``name`` names the store in errors; ``loop_error`` is the message of the
-    ``RuntimeError`` a second event loop gets.
+    ``RuntimeError`` a second event loop gets; ``applied_nothing`` says which of the store's
+    errors applied none of a call (see ``apart`` in ``coalescing.py``).
     """
 
     def __init__(
@@ -44,10 +53,12 @@ class AsyncCoalescer(Generic[OpT, R]):
         timeout: float,
         name: str,
         loop_error: str,
+        applied_nothing: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.core = core
         self._run, self._owner = held_weakly(run)
         self._store_down = store_down
+        self._may_split = splitter(applied_nothing)
         self.timeout = timeout
         self.name = name
         self._loop_error = loop_error
@@ -130,9 +141,12 @@ class AsyncCoalescer(Generic[OpT, R]):
                 try:
                     results = await self._run(self._owner(), ops, now)
                 except Exception as exc:
-                    if isinstance(exc, StoreError) or len(ops) < 2:
+                    if len(ops) < 2 or not self._may_split(exc):
                         raise
-                    results = await self._one_by_one(ops, now)  # see one_by_one: no caller gets another's error
+                    results = await self._apart(ops, now, exc)  # no caller gets another's error
+                else:
+                    if len(ops) > 1 and needs_apart(results, self._may_split):
+                        results = await self._apart(ops, now, results)
                 for f, result in zip(futures, results, strict=True):
                     if not f.done():
                         if isinstance(result, Exception):  # its own failure (a Cluster slot's call, or its op's)
@@ -150,15 +164,20 @@ class AsyncCoalescer(Generic[OpT, R]):
         finally:
             self._finish(started, failure)
 
-    async def _one_by_one(self, ops: Sequence[OpT], now: int | None) -> list[Any]:
-        """Each op sent alone: its result, or what its call raised (see ``one_by_one`` in ``coalescing.py``)."""
-        out: list[Any] = []
-        for op in ops:
-            try:
-                out.append((await self._run(self._owner(), (op,), now))[0])
-            except Exception as exc:  # noqa: BLE001 (handed to that op's caller alone)
-                out.append(exc)
-        return out
+    async def _apart(self, ops: Sequence[OpT], now: int | None, first: Reply) -> list[Any]:
+        """Each op's result or its own error, after the call of all of them replied ``first``
+        (see ``apart`` in ``coalescing.py``)."""
+        plan = apart(ops, first, self._may_split, self._store_down)
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    reply: Reply = await self._run(self._owner(), call, now)
+                except Exception as exc:  # noqa: BLE001 (handed to that call's ops alone)
+                    reply = exc
+                call = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def _ended(
         self, started: list[OpT], futures: list[asyncio.Future[Any]], ran: list[bool], task: asyncio.Task[None]

@@ -15,8 +15,16 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from ratekeeper.errors import StoreError
-from ratekeeper.stores.coalescing import Coalescer, held_weakly, interrupted, too_late
+from ratekeeper.stores.coalescing import (
+    Coalescer,
+    Reply,
+    apart,
+    held_weakly,
+    interrupted,
+    needs_apart,
+    splitter,
+    too_late,
+)
 
 __all__ = ["ThreadCoalescer"]
 
@@ -46,7 +54,8 @@ class ThreadCoalescer(Generic[OpT, R]):
     """Coalesces the calls of many threads over ``core``; ``run(ops, now)`` sends one call
     (a bound method is held weakly: its object, the store, owns this driver).
 
-    ``name`` names the store in errors ("Redis", "PostgreSQL").
+    ``name`` names the store in errors ("Redis", "PostgreSQL"); ``applied_nothing`` says
+    which of its errors applied none of a call (see ``apart`` in ``coalescing.py``).
     """
 
     def __init__(
@@ -56,10 +65,12 @@ class ThreadCoalescer(Generic[OpT, R]):
         store_down: Callable[[BaseException], bool],
         timeout: float,
         name: str,
+        applied_nothing: Callable[[BaseException], bool] | None = None,
     ) -> None:
         self.core = core
         self._run, self._owner = held_weakly(run)
         self._store_down = store_down
+        self._may_split = splitter(applied_nothing)
         self.timeout = timeout
         self.name = name
         self._lock = threading.Lock()
@@ -118,9 +129,12 @@ class ThreadCoalescer(Generic[OpT, R]):
             try:
                 results = self._run(self._owner(), ops, now)
             except Exception as exc:
-                if isinstance(exc, StoreError) or len(ops) < 2:
+                if len(ops) < 2 or not self._may_split(exc):
                     raise
-                results = self._one_by_one(ops, now)  # see one_by_one: no caller gets another's error
+                results = self._apart(ops, now, exc)  # no caller gets another's error
+            else:
+                if len(ops) > 1 and needs_apart(results, self._may_split):
+                    results = self._apart(ops, now, results)
             for w, result in zip(waiters, results, strict=True):
                 if isinstance(result, Exception):  # that op's own failure (a Cluster slot's call, or its own op's)
                     w.error = result
@@ -142,15 +156,20 @@ class ThreadCoalescer(Generic[OpT, R]):
             raise me.error
         return me.result  # type: ignore[return-value]
 
-    def _one_by_one(self, ops: Sequence[OpT], now: int | None) -> list[Any]:
-        """Each op sent alone: its result, or what its call raised (see ``one_by_one`` in ``coalescing.py``)."""
-        out: list[Any] = []
-        for op in ops:
-            try:
-                out.append(self._run(self._owner(), (op,), now)[0])
-            except Exception as exc:  # noqa: BLE001 (handed to that op's caller alone)
-                out.append(exc)
-        return out
+    def _apart(self, ops: Sequence[OpT], now: int | None, first: Reply) -> list[Any]:
+        """Each op's result or its own error, after the call of all of them replied ``first``
+        (see ``apart`` in ``coalescing.py``)."""
+        plan = apart(ops, first, self._may_split, self._store_down)
+        try:
+            call = next(plan)
+            while True:
+                try:
+                    reply: Reply = self._run(self._owner(), call, now)
+                except Exception as exc:  # noqa: BLE001 (handed to that call's ops alone)
+                    reply = exc
+                call = plan.send(reply)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     def _finish(self, ops: Sequence[OpT], failure: BaseException | None) -> None:
         """A call returned: its slot (and rows) are free again; see ``_hand_on``."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ratekeeper.clock import Clock, SystemClock
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.op import DECIDE, Op
+from ratekeeper.stores.bounds import check_op
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -164,6 +165,7 @@ class MemoryStore:
     """Decides in this process without I/O: the limiters call ``decide_fields`` directly."""
 
     def decide(self, op: Op, now: int | None = None) -> Decision:
+        check_op(op, now)  # decide_fields, the limiters' path, has their checks instead
         mode, plan, key, cost, max_wait, lease_id = op
         return self.decide_fields(mode, plan, key, cost, max_wait, lease_id, now)
 
@@ -220,6 +222,8 @@ class MemoryStore:
                     stripe.expire(now, table.horizon)
 
     def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        for op in ops:
+            check_op(op, now)
         stripes = [self._stripe(op.plan, op.key) for op in ops]
         ordered = sorted({id(s): s for s in stripes}.values(), key=id)
         for s in ordered:
@@ -251,6 +255,7 @@ class MemoryStore:
         return tuple(decisions)
 
     def refund(self, op: Op, now: int | None = None) -> None:
+        check_op(op, now)
         _, plan, key, cost, _, lease_id = op
         stripe = self._stripe(plan, key)
         with stripe.lock:

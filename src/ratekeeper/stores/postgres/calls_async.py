@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreTimeout
 from ratekeeper.stores import wire
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.postgres.sansio import (
     FIRST_CONNECT_SLICE,
     Connects,
@@ -272,6 +273,7 @@ class AsyncPostgresCalls:
     # -- the Store role ------------------------------------------------------------------
 
     async def decide(self, op: Op, now: int | None = None) -> Decision:
+        check_op(op, now)
         decision = await self._submit(op, now)
         assert decision is not None
         return decision
@@ -280,13 +282,18 @@ class AsyncPostgresCalls:
         self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False
     ) -> list[Decision | None]:
         """Decide a list of wire ops in one statement, in order (None for each refund)."""
+        for op in ops:
+            check_op(op, now)
         return await self._run(ops, now, atomic)
 
     async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        for op in ops:
+            check_op(op, now)
         decisions = await self._run(ops, now, atomic=True)
         return tuple(d for d in decisions if d is not None)
 
     async def refund(self, op: Op, now: int | None = None) -> None:
+        check_op(op, now)
         await self._submit(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:

@@ -528,6 +528,25 @@ def refusal(exc: BaseException, what: str) -> StoreError:
     return StoreError(f"could not connect to PostgreSQL for {what}: {reason}")
 
 
+def applied_nothing(exc: BaseException) -> bool:
+    """Whether a failed statement (``exc``, translated, its psycopg error chained) applied
+    nothing because of the data it was given: the server refused it with a data, integrity
+    or PL/pgSQL error (an autocommit statement that fails is rolled back whole), so its
+    ops may be decided again apart. Not a lost connection, a timeout or a cancel (whether
+    it committed is unknown), nor a missing function (every part would fail alike)."""
+    import psycopg
+
+    cause = exc.__cause__
+    return (
+        isinstance(exc, StoreError)
+        and not isinstance(exc, StoreTimeout)
+        and isinstance(
+            cause, psycopg.DataError | psycopg.IntegrityError | psycopg.InternalError | psycopg.NotSupportedError
+        )
+        and getattr(cause, "sqlstate", None) is not None
+    )
+
+
 def store_down(exc: BaseException) -> bool:
     """Whether ``exc`` (translated, its psycopg error chained) says PostgreSQL is unreachable
     or timed out: a connection lost, refused or severed by the client-side deadline, a

@@ -31,7 +31,7 @@ from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 from ratekeeper.stores.postgres.calls import PostgresCalls
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, disown, row, sever, store_down
+from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, applied_nothing, disown, row, sever, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -123,6 +123,7 @@ class PostgresStore(PostgresCalls):
             store_down,
             opts.timeout,
             "PostgreSQL",
+            applied_nothing,
         )
         self._watchdog = _Watchdog(tick=min(0.05, opts.timeout / 4))
 

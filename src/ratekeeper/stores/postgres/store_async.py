@@ -19,7 +19,7 @@ from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_async import AsyncCoalescer
 from ratekeeper.stores.postgres.calls_async import AsyncPostgresCalls
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, row, sever, store_down
+from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, applied_nothing, row, sever, store_down
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -43,6 +43,7 @@ class AsyncPostgresStore(AsyncPostgresCalls):
             "PostgreSQL",
             "this AsyncPostgresStore (AsyncLimiter) was first used on another event loop; psycopg's async "
             "pool and connections belong to one loop: open one store per event loop (e.g. inside asyncio.run)",
+            applied_nothing,
         )
 
     # -- what differs from the blocking store --------------------------------------------

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores import wire
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.redis.sansio import (
     Call,
     RedisCore,
@@ -221,6 +222,8 @@ class AsyncRedisCalls:
         """All or nothing: one atomic call on one node; on a Cluster one per slot, and the
         slots that charged are refunded when another refused or failed (then its error is
         raised)."""
+        for op in ops:
+            check_op(op, now)
         calls = self.core.calls(ops, now, atomic=True)
         decisions = self.core.assemble(len(ops), calls, await self._send(calls))
         failed = next((d for d in decisions if isinstance(d, StoreError)), None)

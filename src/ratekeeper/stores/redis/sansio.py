@@ -30,8 +30,10 @@ if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
 __all__ = [
+    "NOT_APPLIED",
     "Call",
     "RedisCore",
+    "applied_nothing",
     "function_missing",
     "no_functions",
     "not_run",
@@ -198,6 +200,18 @@ def store_down(exc: BaseException) -> bool:
         and isinstance(cause, rexc.ConnectionError | rexc.TimeoutError | OSError)
         and not _pool_exhausted(cause)
     )
+
+
+NOT_APPLIED = "ratekeeper: nothing applied: "
+"""How ``main.lua`` starts the error of a call that failed before its first write."""
+
+
+def applied_nothing(exc: BaseException) -> bool:
+    """Whether a failed call (``exc``, translated, redis-py's error chained) wrote nothing:
+    the script failed before its writes (on one op's data: a key holding a value that is
+    not its rule's state), so its ops may be decided again apart."""
+    cause = exc.__cause__
+    return isinstance(exc, StoreError) and cause is not None and str(cause).startswith(NOT_APPLIED)
 
 
 def store_errors() -> tuple[type[BaseException], ...]:

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 from ratekeeper.stores.redis.calls import RedisCalls
-from ratekeeper.stores.redis.sansio import row, store_down, translate
+from ratekeeper.stores.redis.sansio import applied_nothing, row, store_down, translate
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -51,7 +52,12 @@ class RedisStore(RedisCalls):
         """A new queue for this process's calls; each call goes out through ``_on_lane``."""
         core = self.core
         self._coalescer: ThreadCoalescer[wire.Op, Decision | None] = ThreadCoalescer(
-            Coalescer(core.max_in_flight, core.max_batch, row), self._on_lane, store_down, core.timeout, "Redis"
+            Coalescer(core.max_in_flight, core.max_batch, row),
+            self._on_lane,
+            store_down,
+            core.timeout,
+            "Redis",
+            applied_nothing,
         )
         self._submit = self._coalescer.submit if core.batching else self._alone
 
@@ -61,11 +67,13 @@ class RedisStore(RedisCalls):
     # -- the Store role ----------------------------------------------------------------
 
     def decide(self, op: Op, now: int | None = None) -> Decision:
+        check_op(op, now)
         decision = self._submit(op, now)
         assert decision is not None
         return decision
 
     def refund(self, op: Op, now: int | None = None) -> None:
+        check_op(op, now)
         self._submit(op, now)
 
     def _new_lane(self) -> Any:

@@ -13,11 +13,12 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_async import AsyncCoalescer
 from ratekeeper.stores.redis.calls_async import AsyncRedisCalls
 from ratekeeper.stores.redis.lane_async import AsyncLane
-from ratekeeper.stores.redis.sansio import reclaim_connections, row, store_down, translate
+from ratekeeper.stores.redis.sansio import applied_nothing, reclaim_connections, row, store_down, translate
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -52,6 +53,7 @@ class AsyncRedisStore(AsyncRedisCalls):
             "Redis",
             "this AsyncRedisStore (AsyncLimiter) was first used on another event loop; redis-py's "
             "connections belong to one loop: open one store per event loop (e.g. inside asyncio.run)",
+            applied_nothing,
         )
         self._submit = self._coalescer.submit if core.batching else self._alone
 
@@ -74,11 +76,13 @@ class AsyncRedisStore(AsyncRedisCalls):
     # -- the AsyncStore role -----------------------------------------------------------
 
     async def decide(self, op: Op, now: int | None = None) -> Decision:
+        check_op(op, now)
         decision = await self._submit(op, now)
         assert decision is not None
         return decision
 
     async def refund(self, op: Op, now: int | None = None) -> None:
+        check_op(op, now)
         await self._submit(op, now)
 
     async def aclose(self) -> None:

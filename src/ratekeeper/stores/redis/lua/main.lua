@@ -99,6 +99,9 @@ local function parse_specs(argv, at, width)
   return specs
 end
 
+-- The start of the error of a call that wrote nothing (sansio.applied_nothing reads it).
+local NOT_APPLIED = "ratekeeper: nothing applied: "
+
 local function rk_dispatch(KEYS, ARGV)
   local argv = ARGV
 
@@ -127,98 +130,112 @@ local function rk_dispatch(KEYS, ARGV)
   local n_rules = argv[4] + 0
   local rules = {}
   local pos = 5
-  for r = 1, n_rules do
-    local algo = ALGORITHMS[argv[pos]]
-    if algo == nil then
-      return redis.error_reply("ratekeeper: unknown algorithm " .. tostring(argv[pos]))
-    end
-    local n = argv[pos + 1] + 0
-    local width = n * algo.arity
-    rules[3 * r - 2], rules[3 * r - 1], rules[3 * r] = algo, n, parse_specs(argv, pos + 2, width)
-    pos = pos + 2 + width
-  end
 
-  while pos <= last do
-    local mode = argv[pos]
-    local k = argv[pos + 1] + 0
-    local r = 3 * argv[pos + 2]
-    local algo, n, specs = rules[r - 2], rules[r - 1], rules[r]
-    if specs == nil then
-      return redis.error_reply("ratekeeper: malformed call: rule " .. tostring(argv[pos + 2]) .. " of " .. n_rules)
-    end
-    local cost, max_wait, lease = 1, nil, nil
-    if mode == "D" then
-      mode = "d"
-      pos = pos + 3
-    else
-      cost = argv[pos + 3] + 0
-      max_wait = argv[pos + 4]
-      lease = argv[pos + 5]
-      pos = pos + 6
-      if max_wait == "" then
-        max_wait = nil
-      else
-        max_wait = max_wait + 0
+  -- Everything up to the writes below runs under pcall: an error there (an op the
+  -- store cannot decide, a key holding a value that is not this rule's state) has
+  -- written nothing, and says so (NOT_APPLIED), so that the caller may decide the other
+  -- ops of a coalesced call again without the guilty one.
+  local function decide_all()
+    for r = 1, n_rules do
+      local algo = ALGORITHMS[argv[pos]]
+      if algo == nil then
+        error("ratekeeper: unknown algorithm " .. tostring(argv[pos]))
       end
-      if lease == "" then
-        lease = nil
-      end
+      local n = argv[pos + 1] + 0
+      local width = n * algo.arity
+      rules[3 * r - 2], rules[3 * r - 1], rules[3 * r] = algo, n, parse_specs(argv, pos + 2, width)
+      pos = pos + 2 + width
     end
 
-    local rec = keyed[k]
-    if rec == nil then
-      local key = KEYS[k]
-      local state, exp = nil, 0
-      if algo.open then
-        state = algo.open(key)
-      elseif algo.msgpack then
-        local raw = redis.call("GET", key)
-        state = raw and cmsgpack.unpack(raw)
-      else
-        state, exp = read_numbers(key, algo, n)
+    while pos <= last do
+      local mode = argv[pos]
+      local k = argv[pos + 1] + 0
+      local r = 3 * argv[pos + 2]
+      local algo, n, specs = rules[r - 2], rules[r - 1], rules[r]
+      if specs == nil then
+        error("ratekeeper: malformed call: rule " .. tostring(argv[pos + 2]) .. " of " .. n_rules)
       end
-      rec = { algo = algo, n = n, original = state or false, current = state or false, whole = 0, exp = exp }
-      keyed[k] = rec
-    end
-    local state = rec.current or nil
-
-    if algo.open then
-      -- a state read and written in place (the sliding log): it changes as it decides
-      if mode == "r" then
-        algo.refund(specs, n, state, now, cost, lease)
+      local cost, max_wait, lease = 1, nil, nil
+      if mode == "D" then
+        mode = "d"
+        pos = pos + 3
       else
-        local _, allowed = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no, mode ~= "d")
-        no = no + 4 + 2 * n
-        if mode == "d" and not allowed then
-          refused = true
-        end
-      end
-    elseif mode == "r" then
-      if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
-        local new = algo.refund(specs, n, state, now, cost, lease)
-        local us = 0
-        if new ~= nil then
-          local _, _, whole = algo.decide(specs, n, new, now, 0, nil, nil, {}, 0)
-          us = whole
-        end
-        if us <= 0 then
-          rec.current = false
+        cost = argv[pos + 3] + 0
+        max_wait = argv[pos + 4]
+        lease = argv[pos + 5]
+        pos = pos + 6
+        if max_wait == "" then
+          max_wait = nil
         else
-          rec.current, rec.whole = new, us
+          max_wait = max_wait + 0
+        end
+        if lease == "" then
+          lease = nil
         end
       end
-    else
-      local new, allowed, whole = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no)
-      no = no + 4 + 2 * n
-      if mode == "d" then
-        if not allowed then
-          refused = true -- an atomic call then writes nothing
+
+      local rec = keyed[k]
+      if rec == nil then
+        local key = KEYS[k]
+        local state, exp = nil, 0
+        if algo.open then
+          state = algo.open(key)
+        elseif algo.msgpack then
+          local raw = redis.call("GET", key)
+          state = raw and cmsgpack.unpack(raw)
+        else
+          state, exp = read_numbers(key, algo, n)
         end
-        if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
-          rec.current, rec.whole = new or false, whole
+        rec = { algo = algo, n = n, original = state or false, current = state or false, whole = 0, exp = exp }
+        keyed[k] = rec
+      end
+      local state = rec.current or nil
+
+      if algo.open then
+        -- a state read and written in place (the sliding log): it changes as it decides
+        if mode == "r" then
+          algo.refund(specs, n, state, now, cost, lease)
+        else
+          local _, allowed = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no, mode ~= "d")
+          no = no + 4 + 2 * n
+          if mode == "d" and not allowed then
+            refused = true
+          end
+        end
+      elseif mode == "r" then
+        if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
+          local new = algo.refund(specs, n, state, now, cost, lease)
+          local us = 0
+          if new ~= nil then
+            local _, _, whole = algo.decide(specs, n, new, now, 0, nil, nil, {}, 0)
+            us = whole
+          end
+          if us <= 0 then
+            rec.current = false
+          else
+            rec.current, rec.whole = new, us
+          end
+        end
+      else
+        local new, allowed, whole = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no)
+        no = no + 4 + 2 * n
+        if mode == "d" then
+          if not allowed then
+            refused = true -- an atomic call then writes nothing
+          end
+          if new ~= state then -- a refusal may still tidy the state (expired leases dropped)
+            rec.current, rec.whole = new or false, whole
+          end
         end
       end
     end
+  end
+  local ok, err = pcall(decide_all)
+  if not ok then
+    if type(err) == "table" then -- a redis.call that failed raises its error reply
+      err = err.err
+    end
+    return redis.error_reply(NOT_APPLIED .. tostring(err))
   end
 
   if atomic and refused then
