@@ -6,10 +6,17 @@
 (``grpc.health.v1.Health``) reports ``SERVING`` while the store answers and
 ``NOT_SERVING`` when it does not, for the overall server ("") and for the rate-limit
 service by name; ``Health`` watchers are told of each change.
+
+With decision tokens, ``ShouldRateLimit`` needs the metadata ``authorization: Bearer
+<secret>`` (``UNAUTHENTICATED`` without it); health checking answers without one, as
+``/healthz`` does. The server is bounded (``GrpcLimits``): message size, streams per
+connection, RPCs in progress, keep-alive pings and idle connections.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]
@@ -17,11 +24,13 @@ from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[imp
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from ratekeeper.errors import InvalidRequest, StoreError
+from ratekeeper.server.auth import TokenSource, bearer_secret
 from ratekeeper.server.envoy import should_rate_limit
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
+from ratekeeper.server.tls import TlsState
 
-__all__ = ["SERVICE_NAME", "RateLimitServicer", "build_grpc_server"]
+__all__ = ["SERVICE_NAME", "GrpcLimits", "RateLimitServicer", "TokenInterceptor", "build_grpc_server"]
 
 SERVICE_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 """``envoy.service.ratelimit.v3.RateLimitService``: the name health checking answers for."""
@@ -59,14 +68,87 @@ class Health:
         await self.servicer.enter_graceful_shutdown()
 
 
-def build_grpc_server(service: Service, host: str, port: int) -> tuple[Any, Health, int]:
+_OPEN_PREFIX = "/grpc.health.v1.Health/"
+"""Methods answered without a token (probes carry none)."""
+
+
+class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses an RPC without a known bearer token in its ``authorization`` metadata."""
+
+    def __init__(self, tokens: TokenSource) -> None:
+        self.tokens = tokens
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        tokens = self.tokens.tokens
+        if not tokens or details.method.startswith(_OPEN_PREFIX):
+            return await continuation(details)
+        authorization = next((v for k, v in details.invocation_metadata or () if k == "authorization"), None)
+        if isinstance(authorization, bytes):
+            authorization = authorization.decode("latin-1")
+        if tokens.match(bearer_secret(authorization)) is not None:
+            return await continuation(details)
+        what = "no bearer token" if authorization is None else "a token the decision surface does not know"
+        return grpc.unary_unary_rpc_method_handler(_refuse(f"{details.method} needs a token; the call has {what}"))
+
+
+def _refuse(message: str) -> Callable[[Any, Any], Awaitable[Any]]:
+    async def handler(request: Any, context: Any) -> Any:
+        await context.abort(
+            grpc.StatusCode.UNAUTHENTICATED, f"{message}; expected metadata authorization: Bearer <secret>"
+        )
+
+    return handler
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcLimits:
+    """The bounds of the gRPC server (``ratekeeper serve`` options)."""
+
+    max_message_bytes: int = 64 * 1024
+    max_streams: int = 100
+    max_rpcs: int = 1000
+    keepalive_seconds: float = 60.0
+    idle_seconds: float = 300.0
+
+    def options(self) -> list[tuple[str, int]]:
+        return [
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.max_send_message_length", 4 * 1024 * 1024),
+            ("grpc.max_concurrent_streams", self.max_streams),
+            ("grpc.max_metadata_size", 16 * 1024),
+            # The server pings an idle client every keepalive_seconds and drops it when no
+            # answer comes within 20 s; a client may not ping more often than every 10 s.
+            ("grpc.keepalive_time_ms", int(self.keepalive_seconds * 1000)),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ("grpc.http2.max_ping_strikes", 2),
+            ("grpc.max_connection_idle_ms", int(self.idle_seconds * 1000)),
+        ]
+
+
+def build_grpc_server(
+    service: Service,
+    host: str,
+    port: int,
+    tokens: TokenSource | None = None,
+    limits: GrpcLimits | None = None,
+    tls: TlsState | None = None,
+) -> tuple[Any, Health, int]:
     """A ``grpc.aio`` server with both services, bound to ``host:port`` (not started);
     returns it, its ``Health`` and the port bound (port 0 picks a free one)."""
-    server = grpc.aio.server()
+    limits = limits or GrpcLimits()
+    server = grpc.aio.server(
+        interceptors=[TokenInterceptor(tokens or TokenSource())],
+        options=limits.options(),
+        maximum_concurrent_rpcs=limits.max_rpcs,
+    )
     rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitServicer(service), server)
     status = Health()
     health_pb2_grpc.add_HealthServicer_to_server(status.servicer, server)
-    bound = server.add_insecure_port(f"{_grpc_host(host)}:{port}")
+    address = f"{_grpc_host(host)}:{port}"
+    bound = (
+        server.add_insecure_port(address) if tls is None else server.add_secure_port(address, tls.grpc_credentials())
+    )
     if bound == 0:
         raise OSError(f"cannot bind the gRPC port {host}:{port}")
     return server, status, bound

@@ -11,6 +11,12 @@ Routes (``ROUTES``; ``openapi.py`` describes each one):
 - ``GET /healthz`` (the process answers), ``/readyz`` (the store answers; 503 when not),
   ``/metrics`` (Prometheus), ``/openapi.json``.
 - ``POST /json``: Envoy's rate-limit request in the proto3 JSON mapping (``envoy.py``).
+- ``POST /v1/store``: the service as a store (``store_api.py``).
+
+Each ``HttpApp`` serves one surface (``surfaces.py``): the routes of that surface only,
+and, when the surface has tokens, only to a request with ``Authorization: Bearer
+<secret>`` of one of them (401 otherwise; ``/healthz`` and ``/readyz`` excepted). Every
+reset and refund is logged with who asked (peer address, token name).
 
 Bad input (malformed JSON, unknown fields or rule, wrong types, a cost out of range, a
 key too long, a body over 64 KiB, a wrong content type, an unknown route or method) is
@@ -21,14 +27,16 @@ a 503 problem.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ratekeeper.decision import Decision
 from ratekeeper.errors import InvalidRequest, StoreError
+from ratekeeper.server.auth import bearer_secret
 from ratekeeper.server.core import Item, Outcome, decide_together
 from ratekeeper.server.envoy import envoy_json
 from ratekeeper.server.inputs import MAX_BODY, parse_json, read_check, read_checks, read_refund, read_reset
@@ -37,6 +45,7 @@ from ratekeeper.server.openapi import openapi_document
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
 from ratekeeper.server.store_api import decide_store_call
+from ratekeeper.server.surfaces import OPEN_PATHS, Surface, store_namespace
 from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
 
 __all__ = ["ROUTES", "HttpApp", "Request", "Response"]
@@ -50,6 +59,8 @@ class Request:
     path: str
     headers: dict[str, str]
     body: Any = None  # the parsed JSON of a POST
+    token_name: str | None = None  # the token that authenticated; None on a surface without tokens
+    peer: str = ""  # "host:port" of the client
 
 
 @dataclass(slots=True)
@@ -111,14 +122,28 @@ async def refund(app: HttpApp, request: Request) -> Response:
     c, lease = read_refund(request.body, app.service.catalog.rules)
     if lease is not None and c.rule.rule.algorithm != "concurrency":
         raise BadInput(400, f"rule {c.rule.name!r} holds no leases", "lease_id only for a concurrency rule")
-    await app.service.limiter.refund(c.rule.rule, c.key, c.cost, lease_id=lease)
+    with _audit("refund", request, rule=c.rule.name, key=c.key, cost=c.cost, lease=lease is not None):
+        await app.service.limiter.refund(c.rule.rule, c.key, c.cost, lease_id=lease)
     return json_response(200, {"rule": c.rule.name, "key": c.key, "refunded": c.cost})
 
 
 async def reset(app: HttpApp, request: Request) -> Response:
     c = read_reset(request.body, app.service.catalog.rules)
-    await app.service.limiter.reset(c.rule.rule, c.key)
+    with _audit("reset", request, rule=c.rule.name, key=c.key):
+        await app.service.limiter.reset(c.rule.rule, c.key)
     return json_response(200, {"rule": c.rule.name, "key": c.key, "reset": True})
+
+
+@contextlib.contextmanager
+def _audit(event: str, request: Request, **what: Any) -> Iterator[None]:
+    """One log line per state-changing admin call: who (peer, token) and what, and whether it
+    was done; written also when the store failed, so an attempt is never silent."""
+    try:
+        yield
+    except BaseException as exc:
+        log(event, level="warning", peer=request.peer, token=request.token_name, **what, ok=False, error=repr(exc))
+        raise
+    log(event, peer=request.peer, token=request.token_name, **what, ok=True)
 
 
 async def rules(app: HttpApp, request: Request) -> Response:
@@ -143,7 +168,20 @@ async def metrics(app: HttpApp, request: Request) -> Response:
 
 async def openapi(app: HttpApp, request: Request) -> Response:
     catalog = app.service.catalog
-    return json_response(200, openapi_document([r.name for r in catalog.rules], sorted(catalog.envoy)))
+    doc = openapi_document([r.name for r in catalog.rules], sorted(catalog.envoy))
+    # The document describes this surface: its routes, and its tokens when it has them.
+    doc["paths"] = {path: item for path, item in doc.get("paths", {}).items() if path in app.routes}
+    if app.surface.tokens.tokens:
+        doc.setdefault("components", {}).setdefault("securitySchemes", {})["bearer"] = {
+            "type": "http",
+            "scheme": "bearer",
+        }
+        doc["security"] = [{"bearer": []}]
+        for path in OPEN_PATHS & doc["paths"].keys():
+            for operation in doc["paths"][path].values():
+                if isinstance(operation, dict):
+                    operation["security"] = []
+    return json_response(200, doc)
 
 
 async def envoy(app: HttpApp, request: Request) -> Response:
@@ -152,7 +190,10 @@ async def envoy(app: HttpApp, request: Request) -> Response:
 
 
 async def store_call(app: HttpApp, request: Request) -> Response:
-    """The service as a store for other limiters (``store_api.py``)."""
+    """The service as a store for other limiters (``store_api.py``); each token's rules
+    keep their state in a namespace of their own (``surfaces.store_namespace``)."""
+    namespace = store_namespace(request.token_name)
+    del namespace  # TODO(B): pass it once decide_store_call takes ``namespace``
     return json_response(200, {"results": await decide_store_call(app.service.limiter.store, request.body)})
 
 
@@ -176,10 +217,12 @@ ROUTES: dict[str, dict[str, Handler]] = {
 
 
 class HttpApp:
-    """The ASGI application of ``ratekeeper serve`` (HTTP only; no lifespan needed)."""
+    """The ASGI application of one surface of ``ratekeeper serve`` (HTTP only; no lifespan needed)."""
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, surface: Surface) -> None:
         self.service = service
+        self.surface = surface
+        self.routes = {path: ROUTES[path] for path in surface.paths}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -213,9 +256,15 @@ class HttpApp:
 
     async def _answer(self, scope: dict[str, Any], receive: Any) -> Response:
         path: str = scope["path"]
-        methods = ROUTES.get(path)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        token_name = self._authenticate(path, headers)
+        methods = self.routes.get(path)
         if methods is None:
-            raise BadInput(404, f"no route {path!r}", "one of " + ", ".join(sorted(ROUTES)))
+            raise BadInput(
+                404,
+                f"no route {path!r} on the {self.surface.name} surface",
+                "one of " + ", ".join(sorted(self.routes)),
+            )
         method: str = scope["method"]
         handler = methods.get("GET" if method == "HEAD" and "GET" in methods else method)
         if handler is None:
@@ -226,12 +275,37 @@ class HttpApp:
                 " or ".join(allowed),
                 headers=(("Allow", ", ".join(allowed)),),
             )
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        request = Request(method, path, headers)
+        request = Request(method, path, headers, token_name=token_name, peer=_peer(scope))
         if method == "POST":
             _check_content_type(headers.get("content-type"))
             request.body = parse_json(await _read_body(headers, receive))
         return await handler(self, request)
+
+    def _authenticate(self, path: str, headers: dict[str, str]) -> str | None:
+        """The name of the token the request carries; None on a surface without tokens.
+        A missing or unknown token is a 401 (before the route is looked up: a caller
+        without a token learns nothing of the routes)."""
+        tokens = self.surface.tokens.tokens
+        if not tokens:
+            return None
+        name = tokens.match(bearer_secret(headers.get("authorization")))
+        if name is None and path not in OPEN_PATHS:
+            what = "no bearer token" if "authorization" not in headers else "a token this surface does not know"
+            raise BadInput(
+                401,
+                f"the {self.surface.name} surface needs a token; the request has {what}",
+                "Authorization: Bearer <secret>",
+                headers=(("WWW-Authenticate", "Bearer"),),
+            )
+        return name
+
+
+def _peer(scope: dict[str, Any]) -> str:
+    client = scope.get("client")
+    if not client:
+        return ""
+    host, port = client[0], client[1]
+    return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
 
 def _check_content_type(value: str | None) -> None:

@@ -1,34 +1,44 @@
 """``serve(settings)``: one process, one event loop, HTTP and gRPC side by side.
 
-- HTTP: ``HttpApp`` (plain ASGI) under ``uvicorn.Server`` run in-process (httptools;
-  uvloop when installed), on a socket bound here so a busy port is a clear error.
+- HTTP: two surfaces (``surfaces.py``), each an ``HttpApp`` (plain ASGI) under its own
+  ``uvicorn.Server`` run in-process with the defences of ``http_server.py`` (httptools;
+  uvloop when installed), on a socket bound here so a busy port is a clear error: the
+  decision surface on ``host:http_port``, the admin surface on ``admin_host:admin_port``.
+  A port of None turns its listener off.
 - gRPC: ``grpc.aio`` with Envoy's ``RateLimitService`` and health checking.
+- TLS (``tls.py``) on every listener when a certificate is given; bearer tokens
+  (``auth.py``) per surface when given.
 - Every second: the store is probed (health status, ``store`` log line on each change)
   and the rules files are checked for changes (``reload`` log line).
-- Signals: SIGHUP reloads the rules files now; SIGTERM and SIGINT stop gracefully: the
-  health status turns ``NOT_SERVING``, both servers stop accepting, requests in flight
-  finish (at most ``GRACE`` seconds), then the store is closed and ``serve`` returns.
+- Signals: SIGHUP reloads the rules files, the TLS files and the token files now;
+  SIGTERM and SIGINT stop gracefully: the health status turns ``NOT_SERVING``, every
+  server stops accepting, requests in flight finish (at most ``GRACE`` seconds), then the
+  store is closed and ``serve`` returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import ipaddress
 import signal
-import socket
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.metrics import Metrics
+from ratekeeper.server.auth import TokenSource
 from ratekeeper.server.examples import EXAMPLE_ENVOY, EXAMPLE_RULES, example_catalog
-from ratekeeper.server.grpc_service import build_grpc_server
+from ratekeeper.server.grpc_service import GrpcLimits, Health, build_grpc_server
 from ratekeeper.server.http_app import HttpApp
+from ratekeeper.server.http_server import HttpLimits, bind, http_server, raise_open_files_limit
 from ratekeeper.server.logs import configure, log
 from ratekeeper.server.service import RulesFiles, Service, ServiceObserver, redact, summary
+from ratekeeper.server.surfaces import ADMIN, DECISION, Surface
+from ratekeeper.server.tls import TlsFiles, TlsState
 
 __all__ = ["GRACE", "Settings", "run", "serve"]
 
@@ -38,54 +48,62 @@ GRACE = 10.0
 TICK = 1.0
 """Seconds between two store probes and two looks at the rules files."""
 
+FILES_RESERVE = 128
+"""Open files kept out of the HTTP connection caps: the store's connections, the gRPC
+server, the log, the rules files."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOptions:
+    """Where a surface's tokens come from: a file, else an environment variable's text."""
+
+    file: str | None = None
+    text: str | None = None
+    env_name: str = ""
+
+    def load(self) -> TokenSource:
+        return TokenSource.load(self.file, self.text, self.env_name)
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """What ``ratekeeper serve`` was told (options, else environment, else defaults)."""
+    """What ``ratekeeper serve`` was told (options, else environment, else defaults).
+    A port of None turns that listener off."""
 
     rules: tuple[str, ...] = ()
     store: str = "memory://"
     host: str = "127.0.0.1"
-    http_port: int = 8080
-    grpc_port: int = 8081
+    http_port: int | None = 8080
+    grpc_port: int | None = 8081
+    admin_host: str = "127.0.0.1"
+    admin_port: int | None = 8082
+    store_api: bool = False
+    decision_tokens: TokenOptions = TokenOptions(env_name="RATEKEEPER_DECISION_TOKENS")
+    admin_tokens: TokenOptions = TokenOptions(env_name="RATEKEEPER_ADMIN_TOKENS")
+    tls: TlsFiles | None = None
+    http_limits: HttpLimits = dataclasses.field(default_factory=HttpLimits)
+    grpc_limits: GrpcLimits = dataclasses.field(default_factory=GrpcLimits)
     on_error: str = "raise"
     over_limit_cache: bool = False
 
 
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"cannot bind the HTTP port {host}:{port}: {exc.strerror}") from exc
-    return sock
+@dataclass(slots=True)
+class _Listener:
+    """One HTTP surface being served."""
 
+    surface: Surface
+    host: str
+    sock: Any
+    server: Any
+    task: asyncio.Task[None] | None = None
 
-def _uvicorn_server(app: HttpApp) -> Any:
-    import uvicorn
+    @property
+    def url(self) -> str:
+        return f"{self.scheme}://{_url_host(self.host)}:{self.sock.getsockname()[1]}"
 
-    class Server(uvicorn.Server):
-        """uvicorn without its own signal handlers: this process handles the signals."""
-
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield
-
-    config = uvicorn.Config(
-        app,
-        http="httptools",
-        loop="none",
-        lifespan="off",
-        log_config=None,
-        log_level="warning",
-        access_log=False,
-        server_header=False,
-        timeout_graceful_shutdown=int(GRACE),
-    )
-    return Server(config)
+    @property
+    def scheme(self) -> str:
+        return "https" if self.server.config.ssl_context_factory is not None else "http"
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
@@ -111,9 +129,34 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
 
 async def _run(service: Service, settings: Settings, ready: asyncio.Event | None) -> None:
     loop = asyncio.get_running_loop()
-    sock = _bind(settings.host, settings.http_port)
-    http = _uvicorn_server(HttpApp(service))
-    grpc_server, health, grpc_port = build_grpc_server(service, settings.host, settings.grpc_port)
+    if settings.http_port is None and settings.admin_port is None and settings.grpc_port is None:
+        raise ConfigurationError(
+            "every listener is off; leave at least one of --http-port, --admin-port, --grpc-port on"
+        )
+    if settings.store_api and settings.admin_port is None:
+        raise ConfigurationError("--store-api serves /v1/store on the admin surface, which is off (--admin-port off)")
+    tls = TlsState(settings.tls) if settings.tls is not None else None
+    decision_tokens, admin_tokens = settings.decision_tokens.load(), settings.admin_tokens.load()
+    wanted = [(Surface(DECISION, decision_tokens), settings.host, settings.http_port)]
+    wanted.append((Surface(ADMIN, admin_tokens, settings.store_api), settings.admin_host, settings.admin_port))
+    serving = [(surface, host, port) for surface, host, port in wanted if port is not None]
+    limits = _fit_to_open_files(settings.http_limits, raise_open_files_limit(), len(serving))
+    listeners: list[_Listener] = []
+    try:
+        for surface, host, port in serving:
+            sock = bind(host, port, f"{surface.name} HTTP")
+            server = http_server(HttpApp(service, surface), limits, tls.context if tls else None, GRACE)
+            listeners.append(_Listener(surface, host, sock, server))
+    except BaseException:
+        for listener in listeners:
+            listener.sock.close()
+        raise
+    grpc_server: Any = None
+    health, grpc_port = Health(), None
+    if settings.grpc_port is not None:
+        grpc_server, health, grpc_port = build_grpc_server(
+            service, settings.host, settings.grpc_port, decision_tokens, settings.grpc_limits, tls
+        )
     stop = asyncio.Event()
     received: list[str] = []
 
@@ -121,29 +164,48 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
         received.append(sig.name)
         stop.set()
 
+    def on_hup() -> None:
+        _reload_secrets(tls, {DECISION: decision_tokens, ADMIN: admin_tokens})
+        service.reload("SIGHUP", force=True)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_stop, sig)
-    loop.add_signal_handler(signal.SIGHUP, lambda: service.reload("SIGHUP", force=True))
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
 
-    await grpc_server.start()
-    http_task = asyncio.create_task(http.serve(sockets=[sock]), name="http")
-    while not http.started and not http_task.done():
-        await asyncio.sleep(0.01)
-    if http_task.done():  # uvicorn gave up at startup: say why
-        await grpc_server.stop(0)
-        http_task.result()
-        raise OSError("the HTTP server did not start")
+    if grpc_server is not None:
+        await grpc_server.start()
+    for listener in listeners:
+        listener.task = asyncio.create_task(listener.server.serve(sockets=[listener.sock]), name=listener.surface.name)
+    for listener in listeners:
+        task = listener.task
+        assert task is not None
+        while not listener.server.started and not task.done():
+            await asyncio.sleep(0.01)
+        if task.done():  # uvicorn gave up at startup: say why
+            if grpc_server is not None:
+                await grpc_server.stop(0)
+            task.result()
+            raise OSError(f"the {listener.surface.name} HTTP server did not start")
     await health.set(await service.store_problem() is None)
     ticker = asyncio.create_task(_tick(service, health, stop), name="tick")
+    urls = {listener.surface.name: listener.url for listener in listeners}
     log(
         "start",
-        http=f"http://{_url_host(settings.host)}:{sock.getsockname()[1]}",
-        grpc=f"{_url_host(settings.host)}:{grpc_port}",
+        http=urls.get(DECISION),
+        admin=urls.get(ADMIN),
+        grpc=None if grpc_port is None else f"{_url_host(settings.host)}:{grpc_port}",
+        tls=tls is not None,
+        client_certificates=settings.tls is not None and settings.tls.client_ca is not None,
+        decision_tokens=decision_tokens.tokens.names,
+        admin_tokens=admin_tokens.tokens.names,
+        store_api=settings.store_api,
+        max_connections=limits.max_connections,
         store=redact(settings.store),
         on_error=settings.on_error,
         over_limit_cache=service.limiter.over_limit_cache is not None,
         **summary(service.catalog),
     )
+    _warn_if_exposed(settings, listeners, grpc_port is not None, tls is not None)
     if ready is not None:
         ready.set()
     await stop.wait()
@@ -151,13 +213,85 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
     log("stopping", signal=received[0] if received else None, grace=GRACE)
     ticker.cancel()
     await health.shutting_down()
-    http.should_exit = True
-    await asyncio.gather(grpc_server.stop(GRACE), http_task, return_exceptions=False)
+    for listener in listeners:
+        listener.server.should_exit = True
+    stopping = [listener.task for listener in listeners if listener.task is not None]
+    if grpc_server is not None:
+        stopping.append(asyncio.ensure_future(grpc_server.stop(GRACE)))
+    await asyncio.gather(*stopping, return_exceptions=False)
     with contextlib.suppress(asyncio.CancelledError):
         await ticker
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log("stop", signal=received[0] if received else None)
+
+
+def _fit_to_open_files(limits: HttpLimits, open_files: int, listeners: int) -> HttpLimits:
+    """``limits`` with a connection cap each listener can keep under the open-file limit:
+    past that limit ``accept`` fails and every newcomer waits, the legitimate ones too."""
+    room = max(16, (open_files - FILES_RESERVE) // max(1, listeners))
+    if limits.max_connections <= room:
+        return limits
+    log(
+        "limits",
+        level="warning",
+        max_connections=room,
+        asked=limits.max_connections,
+        open_files=open_files,
+        reason="the open-file limit leaves room for fewer connections per listener; raise it (ulimit -n) for more",
+    )
+    return dataclasses.replace(limits, max_connections=room)
+
+
+def _reload_secrets(tls: TlsState | None, tokens: dict[str, TokenSource]) -> None:
+    """SIGHUP: read the TLS files and the token files again; a file that is not usable
+    now leaves what was in force, and the log says why."""
+    if tls is not None:
+        try:
+            log("tls", reloaded=tls.reload(), cert=tls.files.cert)
+        except ConfigurationError as exc:
+            log("tls", level="error", reloaded=False, error=str(exc))
+    for surface, source in tokens.items():
+        if source.file is None:
+            continue
+        try:
+            log("tokens", surface=surface, reloaded=source.reload(), names=source.tokens.names)
+        except ConfigurationError as exc:
+            log("tokens", level="error", surface=surface, reloaded=False, error=str(exc))
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def _warn_if_exposed(settings: Settings, listeners: list[_Listener], grpc: bool, tls: bool) -> None:
+    """A warning for each listener bound beyond loopback with neither a token nor TLS:
+    anyone who can reach it can use it, and read what it sends."""
+    exposed = [
+        (listener.surface.name, listener.url)
+        for listener in listeners
+        if not _is_loopback(listener.host) and not (listener.surface.tokens.tokens or tls)
+    ]
+    if (
+        grpc
+        and not _is_loopback(settings.host)
+        and not (settings.decision_tokens.file or settings.decision_tokens.text or tls)
+    ):
+        exposed.append(("grpc", f"{_url_host(settings.host)}:{settings.grpc_port}"))
+    for surface, url in exposed:
+        log(
+            "exposed",
+            level="warning",
+            surface=surface,
+            listen=url,
+            detail="listening beyond loopback without a token or TLS: anyone who reaches it can use it",
+            remedy="--decision-token-file / --admin-token-file, --tls-cert and --tls-key, or a loopback --host",
+        )
 
 
 async def _tick(service: Service, health: Any, stop: asyncio.Event) -> None:
@@ -188,14 +322,17 @@ def _try_it(settings: Settings) -> str:
         return ""
     base = f"http://{_url_host(settings.host)}:{settings.http_port}"
     check = f"curl -i {base}/v1/check -H 'content-type: application/json' -d"
-    return (
-        "Try it from another terminal:\n"
-        f'  {check} \'{{"rule": "items.list", "key": "alice"}}\'   # 200; again within 2 s: 429\n'
+    lines = [
+        "Try it from another terminal:",
+        f'  {check} \'{{"rule": "items.list", "key": "alice"}}\'   # 200; again within 2 s: 429',
         f'  {check} \'{{"checks": [{{"rule": "items.list", "key": "bob"}}, '
-        f'{{"rule": "auth.create_token", "key": "10.0.0.7"}}]}}\'   # all or nothing\n'
-        f"  curl -s {base}/metrics | grep ratekeeper_decisions\n"
-        f"  curl -s {base}/openapi.json\n"
-    )
+        f'{{"rule": "auth.create_token", "key": "10.0.0.7"}}]}}\'   # all or nothing',
+        f"  curl -s {base}/openapi.json",
+    ]
+    if settings.admin_port:
+        admin = f"http://{_url_host(settings.admin_host)}:{settings.admin_port}"
+        lines.append(f"  curl -s {admin}/metrics | grep ratekeeper_decisions   # the admin surface")
+    return "\n".join(lines) + "\n"
 
 
 def run(settings: Settings) -> int:
