@@ -17,6 +17,7 @@ from ratekeeper.quota import Quota
 from ratekeeper.rule import POLICIES, Rule
 
 __all__ = [
+    "MAX_LIMITS",
     "check_algorithm",
     "check_bool",
     "check_burst",
@@ -27,6 +28,10 @@ __all__ = [
     "redundant_limits",
     "type_name",
 ]
+
+MAX_LIMITS = 64
+"""The most limits one rule may have: a rule needs a handful, and the check for a limit that
+can never bind compares every pair."""
 
 _BURST_ALGORITHMS = tuple(name for name, algo in ALGORITHMS.items() if algo.uses_burst)
 
@@ -74,6 +79,9 @@ def check_limits(value: object, line: int, problems: Problems, field: str = "lim
         items, lines = list(value), value.item_lines
         if not items:
             problems.add(line, f"{field} is empty; give at least one limit such as '20/minute'")
+            return None
+        if len(items) > MAX_LIMITS:
+            problems.add(line, f"{field} has {len(items)} limits; a rule takes at most {MAX_LIMITS}")
             return None
     else:
         problems.add(line, f"{field} must be a limit such as '20/minute' or a list of them, got {type_name(value)}")
