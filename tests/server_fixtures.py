@@ -144,7 +144,7 @@ def service_url() -> Iterator[str]:
     prefix = f"rk-service-{uuid.uuid4().hex[:12]}:"
     service = RatekeeperService(f"{REDIS_URL}?prefix={prefix}", env={"RATEKEEPER_EXPLICIT_NOW": "1"})
     try:
-        yield service.url
+        yield service.admin_url
     finally:
         service.close()
         delete_redis_keys(prefix)

@@ -933,17 +933,20 @@ class PostgresServer(_Closable):
 
 
 class RatekeeperService(_Closable):
-    """A private ``ratekeeper serve`` (this checkout's) on spare loopback ports; ``start()``
-    returns once ``/healthz`` answers. ``env`` is added to the process's environment."""
+    """A private ``ratekeeper serve`` (this checkout's) on spare loopback ports, with the
+    store API on (``--store-api``): ``admin_url`` is the URL a limiter takes to use it as
+    its store. ``start()`` returns once ``/healthz`` answers. ``env`` is added to the
+    process's environment."""
 
     def __init__(self, store: str = "memory://", args: Iterable[str] = (), env: dict[str, str] | None = None) -> None:
-        self.http_port, self.grpc_port = free_port(), free_port()
+        self.http_port, self.grpc_port, self.admin_port = free_port(), free_port(), free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="rk-serve-"))
         self.log = self.dir / "serve.log"
         src = Path(__file__).resolve().parent.parent / "src"
         self._cmd = [
             sys.executable, "-m", "ratekeeper", "serve", "--store", store,
-            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port), *args,
+            "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port),
+            "--admin-port", str(self.admin_port), "--store-api", *args,
         ]  # fmt: skip
         self._env = {**os.environ, "PYTHONPATH": str(src), **(env or {})}
         self._proc: subprocess.Popen[bytes] | None = None
@@ -952,7 +955,13 @@ class RatekeeperService(_Closable):
 
     @property
     def url(self) -> str:
+        """The decision surface."""
         return f"http://{HOST}:{self.http_port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The admin surface: reset, refund, metrics, and the store API (``Limiter(admin_url)``)."""
+        return f"http://{HOST}:{self.admin_port}"
 
     def start(self) -> None:
         import httpx

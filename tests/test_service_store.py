@@ -32,7 +32,7 @@ def name() -> str:
 
 def test_the_partner_rule_admits_one_of_ten_concurrent_calls(service: RatekeeperService, name: str) -> None:
     async def main() -> list[bool]:
-        async with AsyncLimiter(service.url) as limiter:
+        async with AsyncLimiter(service.admin_url) as limiter:
             rule = Rule(name, ["1/3s"])
             decisions = await asyncio.gather(*(limiter.try_acquire(rule, "partner-7") for _ in range(10)))
             assert all(0 < d.retry_after <= 3.0 for d in decisions if not d.allowed)
@@ -45,7 +45,7 @@ def test_concurrent_calls_on_one_key_coalesce_into_few_requests(service: Ratekee
     """100 tasks on one key: far fewer HTTP requests than calls, and exactly the limit admitted."""
 
     async def main() -> tuple[int, int]:
-        async with AsyncLimiter(service.url) as limiter:
+        async with AsyncLimiter(service.admin_url) as limiter:
             rule = Rule(name, ["40/minute"], algorithm="token_bucket")
             decisions = await asyncio.gather(*(limiter.try_acquire(rule, "hot") for _ in range(100)))
             return sum(d.allowed for d in decisions), limiter.store.calls  # type: ignore[attr-defined]
@@ -56,7 +56,7 @@ def test_concurrent_calls_on_one_key_coalesce_into_few_requests(service: Ratekee
 
 
 def test_a_batch_is_all_or_nothing_and_the_limits_travel_with_the_call(service: RatekeeperService, name: str) -> None:
-    with Limiter(service.url) as limiter:
+    with Limiter(service.admin_url) as limiter:
         per_user = Rule(f"{name}.user", ["5/minute"])
         global_ = Rule(f"{name}.global", ["2/minute"], algorithm="fixed_window")
         assert limiter.try_acquire_many([(per_user, "u1", 1), (global_, "*", 2)])
@@ -71,7 +71,7 @@ def test_a_batch_is_all_or_nothing_and_the_limits_travel_with_the_call(service: 
 
 def test_a_service_that_is_gone_follows_the_failure_policy(name: str) -> None:
     served = RatekeeperService("memory://")
-    limiter = Limiter(served.url, on_error="allow", timeout=0.5)
+    limiter = Limiter(served.admin_url, on_error="allow", timeout=0.5)
     rule = Rule(name, ["1/minute"])
     try:
         assert limiter.try_acquire(rule, "k")
@@ -79,7 +79,7 @@ def test_a_service_that_is_gone_follows_the_failure_policy(name: str) -> None:
         decision = limiter.try_acquire(rule, "k")
         assert decision.allowed and "allow" == decision.fallback
         with pytest.raises(StoreError, match="unreachable"):
-            Limiter(served.url).try_acquire(rule, "k")
+            Limiter(served.admin_url).try_acquire(rule, "k")
     finally:
         limiter.close()
 
@@ -88,7 +88,7 @@ def test_the_service_refuses_an_explicit_now_unless_started_for_tests(service: R
     """One client may not move a key's state in time for every other."""
     from ratekeeper.stores.service.store import ServiceStore
 
-    store = ServiceStore(service.url)
+    store = ServiceStore(service.admin_url)
     try:
         with pytest.raises(StoreError, match="may not carry 'now'"):
             store.decide(Op.decide(Rule(name, ["1/s"]).plan, "k", 1), 1_000_000)
@@ -106,7 +106,7 @@ def test_malformed_store_calls_are_4xx_problems_and_decide_nothing(service: Rate
         {"rules": [["r", "gcra", [[0, 1_000_000, None]]]], "ops": [["d", 0, "k", 1, None, None]]},
     ]
     for body in bad:
-        response = httpx.post(f"{service.url}/v1/store", json=body)
+        response = httpx.post(f"{service.admin_url}/v1/store", json=body)
         assert 400 == response.status_code, body
         assert "application/problem+json" == response.headers["content-type"]
         assert response.json()["detail"]
@@ -122,6 +122,6 @@ def test_store_options_are_checked() -> None:
 def test_a_rule_spec_of_the_wrong_shape_is_a_400_not_a_crash(service: RatekeeperService) -> None:
     """Found by schemathesis: a limit given as an object made the plan cache raise TypeError."""
     body = {"now": None, "ops": [["d", 0, "k", 0, 0, None]], "rules": [["r", "gcra", [{}]]]}
-    response = httpx.post(f"{service.url}/v1/store", json=body)
+    response = httpx.post(f"{service.admin_url}/v1/store", json=body)
     assert 400 == response.status_code
     assert "a limit is [count, period_us, burst | null]" in response.json()["detail"]

@@ -102,7 +102,9 @@ class Service(ServerProcess):
         command = [sys.executable, "-m", "ratekeeper", "serve", "--store", self.store]
         for path in self.rules:
             command += ["--rules", str(path)]
-        return [*command, "--host", HOST, "--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        ports = ["--http-port", str(self.http_port), "--grpc-port", str(self.grpc_port)]
+        # The load touches the decision surface only; no admin listener to find a port for.
+        return [*command, "--host", HOST, *ports, "--admin-port", "off"]
 
     def start(self) -> None:
         """Start the process (without waiting for it: see ``wait_ready``)."""

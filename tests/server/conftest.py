@@ -1,5 +1,6 @@
 """Fixtures of the service tests: the real ``python -m ratekeeper serve`` in a subprocess
-on free ports, waited for until ``/healthz`` answers, stopped with SIGTERM."""
+on free ports (the decision surface, gRPC and the admin surface), waited for until
+``/healthz`` answers, stopped with SIGTERM."""
 
 from __future__ import annotations
 
@@ -32,10 +33,18 @@ class Served:
     log: Path
     stdout: Path
     rules: list[Path] = field(default_factory=list)
+    admin_port: int | None = None
 
     @property
     def url(self) -> str:
+        """The decision surface."""
         return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def admin_url(self) -> str:
+        """The admin surface (reset, refund, rules, metrics, store API)."""
+        assert self.admin_port is not None, "this service was started with --admin-port off"
+        return f"http://127.0.0.1:{self.admin_port}"
 
     @property
     def grpc_target(self) -> str:
@@ -66,9 +75,13 @@ def start_server(
     args: list[str] | None = None,
     env: dict[str, str] | None = None,
     ports_from_env: bool = False,
+    admin: bool = True,
+    ready: Callable[[Served], bool] | None = None,
 ) -> Served:
     """Write ``rules`` (YAML texts) to files and start the service on them (the ports as
-    options, or as RATEKEEPER_HTTP_PORT / _GRPC_PORT when ``ports_from_env``)."""
+    options, or as RATEKEEPER_HTTP_PORT / _GRPC_PORT / _ADMIN_PORT when ``ports_from_env``;
+    ``admin=False``: ``--admin-port off``). ``ready(served)`` says when it serves
+    (default: ``/healthz`` of the decision surface answers 200)."""
     run_dir = tmp_path / f"serve-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
     paths = []
@@ -76,12 +89,18 @@ def start_server(
         path = run_dir / f"rules{i}.yaml"
         path.write_text(text)
         paths.append(path)
-    http_port, grpc_port = free_port(), free_port()
+    http_port, grpc_port, admin_port = free_port(), free_port(), free_port()
+    admin_value = str(admin_port) if admin else "off"
     cmd = [sys.executable, "-m", "ratekeeper", "serve"]
     if ports_from_env:
-        env = {**(env or {}), "RATEKEEPER_HTTP_PORT": str(http_port), "RATEKEEPER_GRPC_PORT": str(grpc_port)}
+        env = {
+            **(env or {}),
+            "RATEKEEPER_HTTP_PORT": str(http_port),
+            "RATEKEEPER_GRPC_PORT": str(grpc_port),
+            "RATEKEEPER_ADMIN_PORT": admin_value,
+        }
     else:
-        cmd += ["--http-port", str(http_port), "--grpc-port", str(grpc_port)]
+        cmd += ["--http-port", str(http_port), "--grpc-port", str(grpc_port), "--admin-port", admin_value]
     for path in paths:
         cmd += ["--rules", str(path)]
     if store:
@@ -89,14 +108,16 @@ def start_server(
     cmd += args or []
     log, stdout = run_dir / "stderr.log", run_dir / "stdout.log"
     environment = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})}
-    for name in ("RATEKEEPER_RULES", "RATEKEEPER_STORE", "RATEKEEPER_HTTP_PORT", "RATEKEEPER_GRPC_PORT"):
-        if env is None or name not in env:
-            environment.pop(name, None)
+    for name in list(environment):
+        # The service's own settings come from this call only, never from the test runner's environment.
+        if name.startswith("RATEKEEPER_") and name != "RATEKEEPER_REQUIRE_SERVICES" and name not in (env or {}):
+            environment.pop(name)
     with log.open("wb") as err, stdout.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=environment, cwd=run_dir)
-    served = Served(proc, http_port, grpc_port, log, stdout, paths)
+    served = Served(proc, http_port, grpc_port, log, stdout, paths, admin_port if admin else None)
+    answers = ready or (lambda s: _healthy(s.url))
     try:
-        wait_until(lambda: proc.poll() is not None or _healthy(served.url), timeout=30, what="ratekeeper serve")
+        wait_until(lambda: proc.poll() is not None or answers(served), timeout=30, what="ratekeeper serve")
     except BaseException:
         proc.kill()
         proc.wait()

@@ -1,5 +1,6 @@
-"""Every route of /openapi.json fuzzed by schemathesis against the running service: valid
-and invalid bodies, wrong types, odd paths and methods; no answer may be a 5xx."""
+"""Every route of each surface's /openapi.json (decision, and admin with the store API)
+fuzzed by schemathesis against the running service: valid and invalid bodies, wrong
+types, odd paths and methods; no answer may be a 5xx."""
 
 from __future__ import annotations
 
@@ -43,14 +44,23 @@ descriptors:
       - key: path
         rate_limit: {{unit: second, requests_per_unit: 1}}
 """
-    served = serve(rules=[native, envoy])
-    doc = httpx.get(f"{served.url}/openapi.json", timeout=5).json()
-    assert 11 == len(doc["paths"])
+    served = serve(rules=[native, envoy], args=["--store-api"])
+    for url, routes in ((served.url, 6), (served.admin_url, 7)):
+        doc = httpx.get(f"{url}/openapi.json", timeout=5).json()
+        assert routes == len(doc["paths"])
+        fuzz(url, tmp_path)
+    # the service lives on and never logged an internal error
+    assert 200 == httpx.get(f"{served.url}/healthz", timeout=5).status_code
+    assert [] == [e for e in served.events() if e.get("event") == "error"]
+    assert 0 == served.stop()
+
+
+def fuzz(url: str, tmp_path: Path) -> None:
     out = subprocess.run(
         [
             *schemathesis(),
             "run",
-            f"{served.url}/openapi.json",
+            f"{url}/openapi.json",
             "--checks",
             "not_a_server_error",
             "--max-examples",
@@ -75,7 +85,3 @@ descriptors:
     # a schema cannot say.)
     counts = re.search(r"(\d+) generated, (\d+) passed", out.stdout)
     assert counts is not None and counts.group(1) == counts.group(2), out.stdout[-2000:]
-    # the service lives on and never logged an internal error
-    assert 200 == httpx.get(f"{served.url}/healthz", timeout=5).status_code
-    assert [] == [e for e in served.events() if e.get("event") == "error"]
-    assert 0 == served.stop()

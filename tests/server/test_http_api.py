@@ -1,4 +1,5 @@
-"""The JSON API of ``ratekeeper serve`` through a real HTTP client against the real server."""
+"""The JSON API of ``ratekeeper serve`` through a real HTTP client against the real server
+(``client``: the decision surface; ``admin``: the admin surface)."""
 
 from __future__ import annotations
 
@@ -42,6 +43,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 @pytest.fixture(scope="module")
 def client(served: Served) -> Iterator[httpx.Client]:
     with httpx.Client(base_url=served.url, timeout=10) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def admin(served: Served) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served.admin_url, timeout=10) as c:
         yield c
 
 
@@ -94,25 +101,25 @@ def test_a_batch_is_all_or_nothing(client: httpx.Client) -> None:
     assert [3, 1] == [d["remaining"] for d in ok.json()["decisions"]]
 
 
-def test_refund_and_reset_give_back_what_was_charged(client: httpx.Client) -> None:
+def test_refund_and_reset_give_back_what_was_charged(client: httpx.Client, admin: httpx.Client) -> None:
     k = key()
     assert 200 == check(client, {"rule": f"{U}.five", "key": k, "cost": 5}).status_code
     assert 429 == check(client, {"rule": f"{U}.five", "key": k}).status_code
-    refund = client.post("/v1/refund", json={"rule": f"{U}.five", "key": k, "cost": 2})
+    refund = admin.post("/v1/refund", json={"rule": f"{U}.five", "key": k, "cost": 2})
     assert {"rule": f"{U}.five", "key": k, "refunded": 2} == refund.json()
     assert 2 == client.post("/v1/peek", json={"rule": f"{U}.five", "key": k, "cost": 0}).json()["remaining"]
-    reset = client.post("/v1/reset", json={"rule": f"{U}.five", "key": k})
+    reset = admin.post("/v1/reset", json={"rule": f"{U}.five", "key": k})
     assert reset.json()["reset"] is True
     assert 5 == client.post("/v1/peek", json={"rule": f"{U}.five", "key": k, "cost": 0}).json()["remaining"]
 
 
-def test_a_concurrency_lease_is_released_by_refund(client: httpx.Client) -> None:
+def test_a_concurrency_lease_is_released_by_refund(client: httpx.Client, admin: httpx.Client) -> None:
     k = key()
     held = check(client, {"rule": f"{U}.conc", "key": k})
     assert 200 == held.status_code
     lease = held.json()["lease_id"]
     assert 429 == check(client, {"rule": f"{U}.conc", "key": k}).status_code
-    released = client.post("/v1/refund", json={"rule": f"{U}.conc", "key": k, "cost": 1, "lease_id": lease})
+    released = admin.post("/v1/refund", json={"rule": f"{U}.conc", "key": k, "cost": 1, "lease_id": lease})
     assert 200 == released.status_code
     assert 200 == check(client, {"rule": f"{U}.conc", "key": k}).status_code
 
@@ -127,8 +134,8 @@ def test_a_shadow_rule_never_refuses_and_sends_no_headers(client: httpx.Client) 
     assert "RateLimit" not in again.headers
 
 
-def test_rules_health_ready_and_openapi(client: httpx.Client) -> None:
-    rules = client.get("/v1/rules").json()
+def test_rules_health_ready_and_openapi(client: httpx.Client, admin: httpx.Client) -> None:
+    rules = admin.get("/v1/rules").json()
     names = [r["name"] for r in rules["rules"]]
     assert [f"{U}.one", f"{U}.five", f"{U}.two", f"{U}.shadow", f"{U}.conc"] == names
     assert ["20/minute", "2/3s"] == rules["rules"][2]["limits"]
@@ -136,20 +143,21 @@ def test_rules_health_ready_and_openapi(client: httpx.Client) -> None:
     assert {"status": "ready"} == client.get("/readyz").json()
     doc = client.get("/openapi.json").json()
     assert "3.1.0" == doc["openapi"]
-    assert {"/v1/check", "/v1/peek", "/v1/refund", "/v1/reset", "/v1/rules", "/healthz", "/readyz", "/metrics"} <= set(
-        doc["paths"]
-    )
+    # each surface describes its own routes
+    assert {"/v1/check", "/v1/peek", "/json", "/healthz", "/readyz", "/openapi.json"} == set(doc["paths"])
+    admin_paths = set(admin.get("/openapi.json").json()["paths"])
+    assert {"/v1/refund", "/v1/reset", "/v1/rules", "/metrics", "/healthz", "/openapi.json"} == admin_paths
     assert names == doc["components"]["schemas"]["Check"]["properties"]["rule"]["enum"]
     head = client.head("/healthz")
     assert 200 == head.status_code
     assert b"" == head.content
 
 
-def test_metrics_count_decisions_per_rule_and_requests(client: httpx.Client) -> None:
+def test_metrics_count_decisions_per_rule_and_requests(client: httpx.Client, admin: httpx.Client) -> None:
     k = key()
     check(client, {"rule": f"{U}.one", "key": k})
     check(client, {"rule": f"{U}.one", "key": k})
-    reply = client.get("/metrics")
+    reply = admin.get("/metrics")
     assert 200 == reply.status_code
     assert reply.headers["content-type"].startswith("text/plain")
     samples = {
@@ -202,11 +210,18 @@ BAD: list[tuple[str, str, dict[str, str], bytes | str, int, str]] = [
 
 @pytest.mark.parametrize(("path", "headers", "body", "status", "word"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
 def test_bad_input_gets_a_4xx_problem_and_charges_nothing(
-    client: httpx.Client, path: str, headers: dict[str, str], body: bytes | str, status: int, word: str
+    client: httpx.Client,
+    admin: httpx.Client,
+    path: str,
+    headers: dict[str, str],
+    body: bytes | str,
+    status: int,
+    word: str,
 ) -> None:
     k = key()
     raw = body.replace("@one", f"{U}.one").replace('"k"', f'"{k}"') if isinstance(body, str) else body
-    reply = client.post(path, content=raw, headers={"content-type": "application/json", **headers})
+    surface = admin if path in ("/v1/refund", "/v1/reset") else client
+    reply = surface.post(path, content=raw, headers={"content-type": "application/json", **headers})
     assert status == reply.status_code, reply.text
     assert "application/problem+json" == reply.headers["content-type"]
     problem = reply.json()
@@ -219,12 +234,12 @@ def test_bad_input_gets_a_4xx_problem_and_charges_nothing(
     assert 1 == client.post("/v1/peek", json={"rule": f"{U}.one", "key": k, "cost": 0}).json()["remaining"]
 
 
-def test_a_wrong_method_is_405_with_allow(client: httpx.Client) -> None:
+def test_a_wrong_method_is_405_with_allow(client: httpx.Client, admin: httpx.Client) -> None:
     reply = client.get("/v1/check")
     assert 405 == reply.status_code
     assert "POST" == reply.headers["Allow"]
     assert "application/problem+json" == reply.headers["content-type"]
-    put = client.put("/metrics", content=b"x")
+    put = admin.put("/metrics", content=b"x")
     assert 405 == put.status_code
     assert "GET, HEAD" == put.headers["Allow"]
 

@@ -19,7 +19,7 @@ from .conftest import ROOT, Served
 
 
 def metric(served: Served, name: str, **labels: str) -> float:
-    text = httpx.get(f"{served.url}/metrics", timeout=5).text
+    text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             if s.name == name and s.labels == labels:
@@ -120,7 +120,7 @@ def test_rules_reload_on_change_and_sighup_and_a_broken_file_keeps_the_old_rules
     assert 200 == httpx.post(f"{served.url}/v1/check", json={"rule": f"{uid}.a", "key": "k"}, timeout=5).status_code
 
     def names() -> list[str]:
-        return [r["name"] for r in httpx.get(f"{served.url}/v1/rules", timeout=5).json()["rules"]]
+        return [r["name"] for r in httpx.get(f"{served.admin_url}/v1/rules", timeout=5).json()["rules"]]
 
     path.write_text(first + f'  - name: {uid}.b\n    limits: ["2/minute"]\n')
     wait_until(lambda: [f"{uid}.a", f"{uid}.b"] == names(), 15, "the changed file to load")

@@ -34,5 +34,5 @@ rules:
         other = client.post("/v1/check", json={**body, "key": "someone-else"}).status_code
     assert [200, 200] + [429] * 38 == statuses  # never more than the limit
     assert 200 == other  # another key still goes to the store and is admitted
-    assert 37 == _metric(served.url, "ratekeeper_over_limit_cache_hits_total")
+    assert 37 == _metric(served.admin_url, "ratekeeper_over_limit_cache_hits_total")
     assert any(e.get("over_limit_cache") is True for e in served.events() if e.get("event") == "start")
