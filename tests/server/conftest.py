@@ -94,10 +94,10 @@ def start_server(
     cmd = [sys.executable, "-m", "ratekeeper", "serve"]
     if ports_from_env:
         env = {
-            **(env or {}),
             "RATEKEEPER_HTTP_PORT": str(http_port),
             "RATEKEEPER_GRPC_PORT": str(grpc_port),
             "RATEKEEPER_ADMIN_PORT": admin_value,
+            **(env or {}),  # a test's own value (e.g. "off") wins
         }
     else:
         cmd += ["--http-port", str(http_port), "--grpc-port", str(grpc_port), "--admin-port", admin_value]

@@ -189,6 +189,9 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
     await health.set(await service.store_problem() is None)
     ticker = asyncio.create_task(_tick(service, health, stop), name="tick")
     urls = {listener.surface.name: listener.url for listener in listeners}
+    _warn_if_exposed(
+        settings, listeners, grpc_port is not None, tls is not None
+    )  # before "start": a reader of the log sees both
     log(
         "start",
         http=urls.get(DECISION),
@@ -205,7 +208,6 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
         over_limit_cache=service.limiter.over_limit_cache is not None,
         **summary(service.catalog),
     )
-    _warn_if_exposed(settings, listeners, grpc_port is not None, tls is not None)
     if ready is not None:
         ready.set()
     await stop.wait()
