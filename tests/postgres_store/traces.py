@@ -40,19 +40,22 @@ class Model:
     def __init__(self) -> None:
         self.states: dict[str, Any] = {}
 
-    def run(self, now: int, atomic: bool, ops: list[wire.Op]) -> list[Decision | None]:
+    def run(self, now: int, atomic: bool, ops: list[wire.Op]) -> list[Decision | bool]:
         before = dict(self.states)
-        out: list[Decision | None] = []
+        out: list[Decision | bool] = []
         refused = False
         for mode, plan, key, cost, max_wait, lease in ops:
             skey = wire.storage_key("", plan, key)
             state = self.states.get(skey)
             if mode == wire.REFUND:
-                out.append(None)
+                # whether it gave anything back: a state to give a cost to; a lease this key held
                 if state is None:
+                    out.append(False)
                     continue
                 new = plan.algorithm.refund(plan, state, now, cost, lease)
                 _, check = plan.decide(new, now, 0, None, None)
+                _, held = plan.decide(state, now, 0, None, None)
+                out.append(not plan.leases or check.remaining_each != held.remaining_each)
                 if max(check[7]) <= 0:
                     self.states.pop(skey, None)
                 else:

@@ -199,16 +199,23 @@ class AsyncLimiter:
             self.breaker.record_success()
         return batch_result(resolved, answers)
 
-    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> None:
-        """Give back ``cost`` charged earlier (the actual cost was lower than estimated)."""
-        op = refund_op(rule, key, cost, lease_id)
-        if op is not None:
-            await self._refund(rule, op)
+    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
+        """Give back ``cost`` charged earlier (the actual cost was lower than estimated).
 
-    async def release(self, rule: Rule, key: str, lease_id: str) -> None:
-        """Release a concurrency lease before it expires."""
+        Returns whether anything was given back: False when the key is not limited, has
+        nothing charged, names a lease it does not hold (expired, released, another key's),
+        or the store failed under a failure policy that does not raise.
+        """
+        op = refund_op(rule, key, cost, lease_id)
+        if op is None:
+            return False
+        return await self._refund(rule, op)
+
+    async def release(self, rule: Rule, key: str, lease_id: str) -> bool:
+        """Release a concurrency lease before it expires; whether this key held it (a lease
+        that expired, was released, or is another key's releases nothing: False)."""
         require_leases(rule)
-        await self.refund(rule, key, 0, lease_id=lease_id)
+        return await self.refund(rule, key, 0, lease_id=lease_id)
 
     async def reset(self, rule: Rule, key: str) -> None:
         """Forget everything charged to ``key`` under ``rule``."""
@@ -254,14 +261,15 @@ class AsyncLimiter:
         except StoreError as exc:
             return self.failure_policy.decide(rule, op, None, exc)
 
-    async def _refund(self, rule: Rule, op: Op) -> None:
+    async def _refund(self, rule: Rule, op: Op) -> bool:
         try:
             self.breaker.check()
-            await self.store.refund(op)
+            refunded = await self.store.refund(op)
         except StoreError as exc:
             self.failure_policy.refund(rule, op, exc)
-        else:
-            self.breaker.record_success()
+            return False
+        self.breaker.record_success()
+        return refunded
 
     async def _guarded_decide(self, op: Op, now: int | None = None) -> Decision:
         """``store.decide`` behind the breaker. ``try_acquire`` (the hot path) calls the store

@@ -85,7 +85,7 @@ def _why(decision: Decision) -> str:
     return f"rate limited by {decision.denied_by} of rule {decision.rule!r}"
 
 
-def run_sync(flow: Flow[T], decide: Callable[[Op], Decision], refund: Callable[[Op], None], clock: Clock) -> T:
+def run_sync(flow: Flow[T], decide: Callable[[Op], Decision], refund: Callable[[Op], object], clock: Clock) -> T:
     """Drive a flow with blocking calls."""
     result: Any = None
     error: BaseException | None = None
@@ -110,7 +110,7 @@ def run_sync(flow: Flow[T], decide: Callable[[Op], Decision], refund: Callable[[
 async def run_async(
     flow: Flow[T],
     decide: Callable[[Op], Awaitable[Decision]],
-    refund: Callable[[Op], Awaitable[None]],
+    refund: Callable[[Op], Awaitable[object]],
     clock: Clock,
 ) -> T:
     """Drive a flow on the event loop; cancellation is handed to the flow."""

@@ -88,9 +88,9 @@ class ObservedStore:
             self.observer.decided(decision)
         return decisions
 
-    def refund(self, op: Op, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> bool:
         with _Timed(self.observer):
-            self.store.refund(op, now)
+            return self.store.refund(op, now)
 
     def reset(self, plan: Plan, key: str) -> None:
         with _Timed(self.observer):
@@ -122,9 +122,9 @@ class AsyncObservedStore:
             self.observer.decided(decision)
         return decisions
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
+    async def refund(self, op: Op, now: int | None = None) -> bool:
         with _Timed(self.observer):
-            await self.store.refund(op, now)
+            return await self.store.refund(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:
         with _Timed(self.observer):

@@ -137,9 +137,9 @@ class OverLimitCache:
                 self.cache.remember(op, decision, sent)
         return decisions
 
-    def refund(self, op: Op, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> bool:
         self.cache.forget(op[1], op[2])
-        self.store.refund(op, now)
+        return self.store.refund(op, now)
 
     def reset(self, plan: Plan, key: str) -> None:
         self.cache.forget(plan, key)
@@ -178,9 +178,9 @@ class AsyncOverLimitCache:
                 self.cache.remember(op, decision, sent)
         return decisions
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
+    async def refund(self, op: Op, now: int | None = None) -> bool:
         self.cache.forget(op[1], op[2])
-        await self.store.refund(op, now)
+        return await self.store.refund(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:
         self.cache.forget(plan, key)

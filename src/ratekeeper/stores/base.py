@@ -1,7 +1,9 @@
 """The ``Store`` role: what the limiters ask of a store.
 
 Every request is an ``Op`` (``ratekeeper.op``): ``decide`` takes a DECIDE or PEEK op,
-``refund`` a REFUND op, ``decide_many`` a list of DECIDE ops charged all or nothing.
+``refund`` a REFUND op (and says whether it gave anything back: the lease it names was
+held under that rule and key, or, for a cost, the key had a state to give it back to),
+``decide_many`` a list of DECIDE ops charged all or nothing.
 ``now`` (µs on the store's clock) is for tests and the conformance suite; None means the
 store's own clock.
 """
@@ -36,7 +38,7 @@ class Store(Protocol):
 
     def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]: ...
 
-    def refund(self, op: Op, now: int | None = None) -> None: ...
+    def refund(self, op: Op, now: int | None = None) -> bool: ...
 
     def reset(self, plan: Plan, key: str) -> None: ...
 
@@ -50,7 +52,7 @@ class AsyncStore(Protocol):
 
     async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]: ...
 
-    async def refund(self, op: Op, now: int | None = None) -> None: ...
+    async def refund(self, op: Op, now: int | None = None) -> bool: ...
 
     async def reset(self, plan: Plan, key: str) -> None: ...
 
@@ -94,8 +96,8 @@ class InProcessAsync:
     async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
         return self.sync.decide_many(ops, now)
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
-        self.sync.refund(op, now)
+    async def refund(self, op: Op, now: int | None = None) -> bool:
+        return self.sync.refund(op, now)
 
     async def reset(self, plan: Plan, key: str) -> None:
         self.sync.reset(plan, key)

@@ -39,7 +39,8 @@ MAX_COST = MAX_COUNT
 MAX_WAIT = UNBOUNDED_WAIT
 """The largest ``max_wait`` (µs): "as long as it takes", what ``acquire`` sends without a timeout."""
 MAX_NOW = MAX_EXACT - 1
-"""The latest explicit ``now`` (µs): Lua numbers are exact below 2**53."""
+"""The furthest explicit ``now`` (µs) from 0, either way (tests step clocks back past 0):
+Lua numbers are exact below 2**53."""
 MAX_LEASE_ID_LENGTH = 128
 
 
@@ -122,8 +123,8 @@ def op_problem(op: Any, now: Any = None) -> str | None:
             return problem
     elif mode == REFUND and plan.leases:
         return f"rule {plan.name!r} holds leases: a release names the lease_id its decision gave"
-    if now is not None and (not _is_int(now) or not 0 <= now <= MAX_NOW):
-        return f"now is None (the store's clock) or µs from 0 to 2**53 - 1 ({MAX_NOW}), got {now!r:.60}"
+    if now is not None and (not _is_int(now) or not -MAX_NOW <= now <= MAX_NOW):
+        return f"now is None (the store's clock) or µs within ±(2**53 - 1) ({MAX_NOW}), got {now!r:.60}"
     return None
 
 
@@ -136,7 +137,7 @@ def check_op(op: Any, now: Any = None) -> None:
         or type(op[3]) is not int
         or not 0 <= op[3] <= MAX_COST
         or (op[4] is not None and (type(op[4]) is not int or not 0 <= op[4] <= MAX_WAIT))
-        or (now is not None and (type(now) is not int or not 0 <= now <= MAX_NOW))
+        or (now is not None and (type(now) is not int or not -MAX_NOW <= now <= MAX_NOW))
         or op[0] not in MODES
         or type(op[2]) is not str
         or not op[2]

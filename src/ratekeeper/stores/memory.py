@@ -254,7 +254,9 @@ class MemoryStore:
             self._sweep(now)
         return tuple(decisions)
 
-    def refund(self, op: Op, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> bool:
+        """Give ``op``'s cost back, or release its lease; whether it gave anything back (the
+        lease was held under this rule and key; a cost: the key had a state)."""
         check_op(op, now)
         _, plan, key, cost, _, lease_id = op
         stripe = self._stripe(plan, key)
@@ -263,14 +265,20 @@ class MemoryStore:
                 now = self._now()
             state, _ = stripe.load(key)
             if state is None:
-                return
+                return False
+            held = True
+            if plan.leases:  # a live lease of this key by that id (never another key's)
+                _, before = plan.decide(state, now, 0, None, None)
             new = plan.algorithm.refund(plan, state, now, cost, lease_id)
             _, check = plan.decide(new, now, 0, None, None)
+            if plan.leases:
+                held = check.remaining_each != before.remaining_each
             if max(check.reset_us) <= 0:  # whole again: nothing worth keeping
                 stripe.young.pop(key, None)
                 stripe.old.pop(key, None)
             else:
                 stripe.store(key, new, now)
+        return held
 
     def reset(self, plan: Plan, key: str) -> None:
         stripe = self._stripe(plan, key)

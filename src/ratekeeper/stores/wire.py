@@ -27,8 +27,10 @@ Reply: a flat list of integers (Python ints: both clients hand them over as such
     allowed (1 / 0), denied_index (-1 when allowed), retry_us (-1 = never), delay_us,
     remaining_1 .. remaining_n, reset_1 .. reset_n
 
-and nothing for an "r" op. Ops of one call that name the same key see each other's
-effects in order, exactly as if they ran one after another.
+and per "r" op one integer: 1 when it gave something back (the lease it names was held
+under that rule and key; a cost: the key had a state to give it back to), else 0. Ops of
+one call that name the same key see each other's effects in order, exactly as if they
+ran one after another.
 
 Redis reads the same request in a compact form (``encode_redis``), because every argument
 of a script call costs the client a RESP frame and the server a Lua string: each rule
@@ -221,13 +223,15 @@ def _redis_op(
     return (mode, key_index, rule, cost, "" if max_wait is None else max_wait, "" if lease_id is None else lease_id)
 
 
-def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | None]:
-    """The decision of each op from the store's flat reply (None for a refund)."""
-    out: list[Decision | None] = []
+def decode(ops: Sequence[Op], reply: Sequence[Any]) -> list[Decision | bool]:
+    """The decision of each op from the store's flat reply (for a refund: whether it gave
+    anything back)."""
+    out: list[Decision | bool] = []
     at = 0
     for mode, plan, _, cost, _, lease_id in ops:
         if mode == REFUND:
-            out.append(None)
+            out.append(reply[at] == 1)
+            at += 1
             continue
         n = len(plan.specs)
         allowed = reply[at] == 1

@@ -258,7 +258,7 @@ class PostgresCalls:
             else:
                 self.migrate()
 
-    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | bool]:
         if not self._ready:
             self._ensure()
         sql, params = self.core.call(ops, now, atomic)
@@ -270,11 +270,11 @@ class PostgresCalls:
     def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)
         decision = self._submit(op, now)
-        assert decision is not None
+        assert not isinstance(decision, bool)
         return decision
 
-    def decide_ops(self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False) -> list[Decision | None]:
-        """Decide a list of wire ops in one statement, in order (None for each refund)."""
+    def decide_ops(self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False) -> list[Decision | bool]:
+        """Decide a list of wire ops in one statement, in order (for each refund: whether it gave anything back)."""
         for op in ops:
             check_op(op, now)
         return self._run(ops, now, atomic)
@@ -283,11 +283,11 @@ class PostgresCalls:
         for op in ops:
             check_op(op, now)
         decisions = self._run(ops, now, atomic=True)
-        return tuple(d for d in decisions if d is not None)
+        return tuple(d for d in decisions if not isinstance(d, bool))
 
-    def refund(self, op: Op, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> bool:
         check_op(op, now)
-        self._submit(op, now)
+        return self._submit(op, now) is True
 
     def reset(self, plan: Plan, key: str) -> None:
         if not self._ready:
@@ -319,7 +319,7 @@ class PostgresCalls:
     def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
         raise NotImplementedError
 
-    def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
+    def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         raise NotImplementedError
 
     def _ready_lock(self) -> Any:

@@ -263,7 +263,7 @@ class AsyncPostgresCalls:
             else:
                 await self.migrate()
 
-    async def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | None]:
+    async def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | bool]:
         if not self._ready:
             await self._ensure()
         sql, params = self.core.call(ops, now, atomic)
@@ -275,13 +275,13 @@ class AsyncPostgresCalls:
     async def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)
         decision = await self._submit(op, now)
-        assert decision is not None
+        assert not isinstance(decision, bool)
         return decision
 
     async def decide_ops(
         self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False
-    ) -> list[Decision | None]:
-        """Decide a list of wire ops in one statement, in order (None for each refund)."""
+    ) -> list[Decision | bool]:
+        """Decide a list of wire ops in one statement, in order (for each refund: whether it gave anything back)."""
         for op in ops:
             check_op(op, now)
         return await self._run(ops, now, atomic)
@@ -290,11 +290,11 @@ class AsyncPostgresCalls:
         for op in ops:
             check_op(op, now)
         decisions = await self._run(ops, now, atomic=True)
-        return tuple(d for d in decisions if d is not None)
+        return tuple(d for d in decisions if not isinstance(d, bool))
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
+    async def refund(self, op: Op, now: int | None = None) -> bool:
         check_op(op, now)
-        await self._submit(op, now)
+        return await self._submit(op, now) is True
 
     async def reset(self, plan: Plan, key: str) -> None:
         if not self._ready:
@@ -326,7 +326,7 @@ class AsyncPostgresCalls:
     async def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
         raise NotImplementedError
 
-    async def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
+    async def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         raise NotImplementedError
 
     def _ready_lock(self) -> Any:

@@ -352,7 +352,7 @@ class PostgresCore:
         return self.decide_sql, (keys, request)
 
     @staticmethod
-    def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | None]:
+    def decode(ops: Sequence[wire.Op], reply: Any) -> list[Decision | bool]:
         """The decisions from a statement's first row: the decide function's bigint[] (a list
         from a cursor, ``{1,-1,...}`` as text from a prepared statement), or the GCRA fast
         function's ``allowed,ahead`` (``gcra_reply``)."""

@@ -117,7 +117,7 @@ class PostgresStore(PostgresCalls):
         )
         self.pool.open(wait=False)
         self._schema_lock = threading.Lock()
-        self._coalescer: ThreadCoalescer[wire.Op, Decision | None] = ThreadCoalescer(
+        self._coalescer: ThreadCoalescer[wire.Op, Decision | bool] = ThreadCoalescer(
             Coalescer(opts.max_in_flight, MAX_BATCH, row, one_call_per_row=True),
             self._run,
             store_down,
@@ -159,7 +159,7 @@ class PostgresStore(PostgresCalls):
         encoding = conn.info.encoding
         return self._prepared_reply(conn, conn.pgconn.exec_prepared(name, [p.encode(encoding) for p in params]))
 
-    def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
+    def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         if not self.core.options.batching:
             return self._run([op], now)[0]
         return self._coalescer.submit(op, now)

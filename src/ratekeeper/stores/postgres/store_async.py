@@ -35,7 +35,7 @@ class AsyncPostgresStore(AsyncPostgresCalls):
         self.pool: Any = None
         self._schema_lock: asyncio.Lock | None = None
         opts = self.core.options
-        self._coalescer: AsyncCoalescer[wire.Op, Decision | None] = AsyncCoalescer(
+        self._coalescer: AsyncCoalescer[wire.Op, Decision | bool] = AsyncCoalescer(
             Coalescer(opts.max_in_flight, MAX_BATCH, row, one_call_per_row=True),
             self._run,
             store_down,
@@ -100,7 +100,7 @@ class AsyncPostgresStore(AsyncPostgresCalls):
         results = await conn.wait(execute(pgconn))
         return self._prepared_reply(conn, results[-1])
 
-    async def _submit(self, op: wire.Op, now: int | None) -> Decision | None:
+    async def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         if self.core.options.batching:
             return await self._coalescer.submit(op, now)
         self._coalescer.bind()  # psycopg's async pool belongs to one loop, batching or not

@@ -44,14 +44,14 @@ class RedisStore(RedisCalls):
         self._coalesce()
         _LANED.add(self)
 
-    _submit: Callable[[wire.Op, int | None], Decision | None]
+    _submit: Callable[[wire.Op, int | None], Decision | bool]
     """One op's decision (None for a refund): the coalescer's ``submit``, bound once (one
     call less on the hot path), or ``_alone`` with batching off."""
 
     def _coalesce(self) -> None:
         """A new queue for this process's calls; each call goes out through ``_on_lane``."""
         core = self.core
-        self._coalescer: ThreadCoalescer[wire.Op, Decision | None] = ThreadCoalescer(
+        self._coalescer: ThreadCoalescer[wire.Op, Decision | bool] = ThreadCoalescer(
             Coalescer(core.max_in_flight, core.max_batch, row),
             self._on_lane,
             store_down,
@@ -61,7 +61,7 @@ class RedisStore(RedisCalls):
         )
         self._submit = self._coalescer.submit if core.batching else self._alone
 
-    def _alone(self, op: wire.Op, now: int | None) -> Decision | None:
+    def _alone(self, op: wire.Op, now: int | None) -> Decision | bool:
         return self._run([op], now)[0]  # type: ignore[no-any-return]
 
     # -- the Store role ----------------------------------------------------------------
@@ -69,12 +69,12 @@ class RedisStore(RedisCalls):
     def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)
         decision = self._submit(op, now)
-        assert decision is not None
+        assert not isinstance(decision, bool)
         return decision
 
-    def refund(self, op: Op, now: int | None = None) -> None:
+    def refund(self, op: Op, now: int | None = None) -> bool:
         check_op(op, now)
-        self._submit(op, now)
+        return self._submit(op, now) is True
 
     def _new_lane(self) -> Any:
         """A single-connection client on the pool (a thread's lane, see ``_on_lane``): a

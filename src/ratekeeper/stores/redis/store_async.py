@@ -45,7 +45,7 @@ class AsyncRedisStore(AsyncRedisCalls):
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
         super().__init__(url, **options)
         core = self.core
-        self._coalescer: AsyncCoalescer[wire.Op, Decision | None] = AsyncCoalescer(
+        self._coalescer: AsyncCoalescer[wire.Op, Decision | bool] = AsyncCoalescer(
             Coalescer(core.max_in_flight, core.max_batch, row, spread=True),
             self._on_lane,
             store_down,
@@ -57,7 +57,7 @@ class AsyncRedisStore(AsyncRedisCalls):
         )
         self._submit = self._coalescer.submit if core.batching else self._alone
 
-    _submit: Callable[[wire.Op, int | None], Awaitable[Decision | None]]
+    _submit: Callable[[wire.Op, int | None], Awaitable[Decision | bool]]
     """One op's decision (None for a refund): the coalescer's ``submit``, bound once (one
     coroutine less on the hot path), or ``_alone`` with batching off."""
 
@@ -69,7 +69,7 @@ class AsyncRedisStore(AsyncRedisCalls):
         except self._errors as exc:
             raise translate(exc, "a decision") from exc
 
-    async def _alone(self, op: wire.Op, now: int | None) -> Decision | None:
+    async def _alone(self, op: wire.Op, now: int | None) -> Decision | bool:
         self._coalescer.bind()  # redis-py's connections belong to one loop, batching or not
         return (await self._run([op], now))[0]  # type: ignore[no-any-return]
 
@@ -78,12 +78,12 @@ class AsyncRedisStore(AsyncRedisCalls):
     async def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)
         decision = await self._submit(op, now)
-        assert decision is not None
+        assert not isinstance(decision, bool)
         return decision
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
+    async def refund(self, op: Op, now: int | None = None) -> bool:
         check_op(op, now)
-        await self._submit(op, now)
+        return await self._submit(op, now) is True
 
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the client (and, behind

@@ -61,7 +61,7 @@ class ServiceCalls:
             raise error from cause
         return read_response(response.status_code, response.content)
 
-    def _run(self, ops: Sequence[Op], now: int | None) -> list[Decision | StoreError | None]:
+    def _run(self, ops: Sequence[Op], now: int | None) -> list[Decision | StoreError | bool | None]:
         """One call deciding ``ops`` in order, one result each (see ``stores/coalescing.py``)."""
         results = decode_reply(ops, self._post(encode_call(ops, now, False), "a decision"))
         if len(ops) == 1 and isinstance(results[0], StoreError):
@@ -74,7 +74,7 @@ class ServiceCalls:
         for result in results:
             if isinstance(result, StoreError):
                 raise result
-            assert result is not None
+            assert result is not None and not isinstance(result, bool)
             decisions.append(result)
         return tuple(decisions)
 

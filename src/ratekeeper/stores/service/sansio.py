@@ -133,15 +133,15 @@ def read_response(status: int, body: bytes) -> list[Any]:
     raise StoreError(f"the ratekeeper service answered {status}: {reason}")
 
 
-def decode_reply(ops: Sequence[Op], results: Sequence[Any]) -> list[Decision | StoreError | None]:
+def decode_reply(ops: Sequence[Op], results: Sequence[Any]) -> list[Decision | StoreError | bool | None]:
     """Each op's decision (None for a refund or reset; a ``StoreError`` for an op the
     service's store failed)."""
     if len(results) != len(ops):
         raise StoreError(f"the ratekeeper service answered {len(results)} results for {len(ops)} ops")
-    out: list[Decision | StoreError | None] = []
+    out: list[Decision | StoreError | bool | None] = []
     for op, result in zip(ops, results, strict=True):
-        if result is None:
-            out.append(None)
+        if result is None or isinstance(result, bool):  # a refund: whether it gave anything back
+            out.append(result)
         elif isinstance(result, dict):
             kind = StoreTimeout if result.get("timeout") else StoreError
             out.append(kind(f"the ratekeeper service's store failed: {result.get('error')}"))
@@ -247,8 +247,8 @@ def encode_results(results: Sequence[Decision | BaseException | None]) -> list[A
     """The reply's results: decisions, nulls (refunds, resets) and the store's failures."""
     out: list[Any] = []
     for result in results:
-        if result is None:
-            out.append(None)
+        if result is None or isinstance(result, bool):
+            out.append(result)
         elif isinstance(result, BaseException):
             out.append({"error": f"{type(result).__name__}: {result}", "timeout": isinstance(result, StoreTimeout)})
         else:

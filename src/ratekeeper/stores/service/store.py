@@ -30,22 +30,22 @@ class ServiceStore(ServiceCalls):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         opts = self.options
-        self._coalescer: ThreadCoalescer[Op, Decision | StoreError | None] = ThreadCoalescer(
+        self._coalescer: ThreadCoalescer[Op, Decision | StoreError | bool | None] = ThreadCoalescer(
             Coalescer(opts.max_in_flight, opts.max_batch), self._run, store_down, opts.timeout, "the ratekeeper service"
         )
 
-    def _submit(self, op: Op, now: int | None) -> Decision | None:
+    def _submit(self, op: Op, now: int | None) -> Decision | bool | None:
         if self.options.batching:
             return self._coalescer.submit(op, now)  # type: ignore[return-value]
         return self._run([op], now)[0]  # type: ignore[return-value]
 
     def decide(self, op: Op, now: int | None = None) -> Decision:
         decision = self._submit(op, now)
-        assert decision is not None
+        assert decision is not None and not isinstance(decision, bool)
         return decision
 
-    def refund(self, op: Op, now: int | None = None) -> None:
-        self._submit(op, now)
+    def refund(self, op: Op, now: int | None = None) -> bool:
+        return self._submit(op, now) is True
 
     def close(self) -> None:
         self.client.close()

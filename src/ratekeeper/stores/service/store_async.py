@@ -30,7 +30,7 @@ class AsyncServiceStore(AsyncServiceCalls):
     def __init__(self, url: str, **options: Any) -> None:
         super().__init__(url, **options)
         opts = self.options
-        self._coalescer: AsyncCoalescer[Op, Decision | StoreError | None] = AsyncCoalescer(
+        self._coalescer: AsyncCoalescer[Op, Decision | StoreError | bool | None] = AsyncCoalescer(
             Coalescer(opts.max_in_flight, opts.max_batch),
             self._run,
             store_down,
@@ -39,18 +39,18 @@ class AsyncServiceStore(AsyncServiceCalls):
             "this AsyncServiceStore was first used on another event loop; open one store per event loop",
         )
 
-    async def _submit(self, op: Op, now: int | None) -> Decision | None:
+    async def _submit(self, op: Op, now: int | None) -> Decision | bool | None:
         if self.options.batching:
             return await self._coalescer.submit(op, now)  # type: ignore[return-value]
         return (await self._run([op], now))[0]  # type: ignore[return-value]
 
     async def decide(self, op: Op, now: int | None = None) -> Decision:
         decision = await self._submit(op, now)
-        assert decision is not None
+        assert decision is not None and not isinstance(decision, bool)
         return decision
 
-    async def refund(self, op: Op, now: int | None = None) -> None:
-        await self._submit(op, now)
+    async def refund(self, op: Op, now: int | None = None) -> bool:
+        return await self._submit(op, now) is True
 
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the connections."""

@@ -10,7 +10,7 @@
 --   cost      the cost (>= 0)
 --   max_wait  unused
 --   lease     the id of the lease to take (decide) or to release (refund; cost ignored)
---   refund    false: decide; true: release the lease (reply is NULL)
+--   refund    false: decide; true: release the lease (reply is {1} when it was held, else {0})
 -- Returns new_state / new_leases (the leases still live, with the new one) and reply (the
 -- wire format's fields: allowed, denied_index, retry_us, delay_us, remaining_1..n,
 -- reset_1..n). Same steps as Concurrency.decide / Concurrency.refund; as there, leases
@@ -57,6 +57,7 @@ BEGIN
             RAISE EXCEPTION 'ratekeeper: releasing a concurrency lease needs its lease_id';
         END IF;
         k := array_position(ls, lease, live);
+        reply := ARRAY[CASE WHEN k IS NULL THEN 0 ELSE 1 END]::bigint[];
         IF k IS NULL THEN
             new_state := st[2 * live - 1 : 2 * entries];
             new_leases := ls[live : entries];

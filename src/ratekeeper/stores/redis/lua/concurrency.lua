@@ -114,19 +114,20 @@ ALGORITHMS["concurrency"] = {
     end
     return leases, denied < 0, whole
   end,
-  -- release the lease `lease`; the leases that expired are dropped too
+  -- release the lease `lease` (and say whether it was held); the leases that expired are
+  -- dropped too
   refund = function(specs, nl, state, now, cost, lease)
     if lease == nil then
       error("ratekeeper: releasing a concurrency lease needs its lease_id")
     end
     local leases = cc_live(specs, nl, state, now)
     if leases == nil then
-      return nil
+      return nil, false
     end
     for j = 1, #leases, 3 do
       if leases[j] == lease then
         if #leases == 3 then
-          return nil
+          return nil, true
         end
         local new = {}
         for m = 1, #leases do
@@ -134,9 +135,9 @@ ALGORITHMS["concurrency"] = {
             new[#new + 1] = leases[m]
           end
         end
-        return new
+        return new, true
       end
     end
-    return leases
+    return leases, false
   end,
 }

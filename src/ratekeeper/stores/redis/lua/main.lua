@@ -13,7 +13,8 @@
 --   for "D": cost, max_wait ("" = none), lease id ("" = none)
 --
 -- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
--- remaining x n, reset x n.
+-- remaining x n, reset x n; per "r" op 1 when it gave something back (the lease it names
+-- was held under this key; a cost: the key had a state), else 0.
 --
 -- An algorithm (ALGORITHMS[name], one file each) has
 --   arity       its spec fields per limit; specs reach it flat: limit i's field j is
@@ -22,7 +23,8 @@
 --               writes the op's reply at out[at + 1 ..] and returns the new state (the
 --               same table when nothing changed), whether it admitted, and the µs until
 --               the state is whole (the longest reset)
---   refund(specs, n, state, now, cost, lease)  the state after giving cost back (nil: none)
+--   refund(specs, n, state, now, cost, lease)  the state after giving cost back (nil: none),
+--               and, for leases, whether the lease was held
 --   head, per   a state of numbers: head + per * n doubles, stored with struct after a tag
 --               byte (TAGGED, STATE_TAG), followed by one more double, exp: the time (µs,
 --               on the clock of now) until which the key's TTL was set to last
@@ -194,6 +196,8 @@ local function rk_dispatch(KEYS, ARGV)
       if algo.open then
         -- a state read and written in place (the sliding log): it changes as it decides
         if mode == "r" then
+          no = no + 1
+          out[no] = state.n > state.start and 1 or 0
           algo.refund(specs, n, state, now, cost, lease)
         else
           local _, allowed = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no, mode ~= "d")
@@ -203,8 +207,13 @@ local function rk_dispatch(KEYS, ARGV)
           end
         end
       elseif mode == "r" then
+        no = no + 1
+        out[no] = 0
         if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
-          local new = algo.refund(specs, n, state, now, cost, lease)
+          local new, held = algo.refund(specs, n, state, now, cost, lease)
+          if held ~= false then
+            out[no] = 1
+          end
           local us = 0
           if new ~= nil then
             local _, _, whole = algo.decide(specs, n, new, now, 0, nil, nil, {}, 0)
