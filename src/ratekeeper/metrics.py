@@ -29,8 +29,19 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
 - ``ratekeeper_skipped_total{rule}``: requests a rule did not limit because their key
   could not be built (a header or path part was missing).
 
-Label values are rule names, outcome and state names, class names and transports: all
-bounded by the configuration, so the series stay few however many keys are limited.
+- ``ratekeeper_bounded_cache_entries{cache}``, ``ratekeeper_bounded_cache_bound{cache}``
+  and ``ratekeeper_bounded_cache_evictions_total{cache}``: the size, the bound and the
+  evictions of each table of client-created state given to ``watch_cache`` (e.g. the
+  Envoy override rules): evictions that keep rising mean clients churn through the bound.
+
+Label values are rule names, outcome and state names, class names, transports and cache
+names, so the series stay few however many keys are limited. A rule name is a label only
+when it is a configured rule: the service and the middleware say which rules those are
+(``configured_rules``); a rule a client made up (an Envoy ``limit`` override, a rule sent
+to the store API) is counted under ``rule="_other"`` (``OTHER_RULE``), so a client cannot
+add series by inventing names. Until ``configured_rules`` is called (a limiter whose rules
+are written in code), the first ``max_rules`` distinct names are labels and later ones
+``_other``.
 
 prometheus-client is imported when a ``Metrics`` is built, not when this module is:
 ``pip install 'ratekeeper[metrics]'`` when it is missing. All methods are thread-safe and
@@ -39,23 +50,31 @@ never block (prometheus-client's counters take a short lock each).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
+    from ratekeeper.bounded import BoundedCache
     from ratekeeper.decision import Decision
     from ratekeeper.errors import StoreError
     from ratekeeper.limiter.overlimit import DenialCache
 
-__all__ = ["BREAKER_STATES", "OUTCOMES", "Metrics", "outcome_of"]
+__all__ = ["BREAKER_STATES", "OTHER_RULE", "OUTCOMES", "Metrics", "outcome_of"]
 
 OUTCOMES = ("within", "near", "over", "shadow_over", "fallback")
 """The values of the ``outcome`` label of the decisions counter."""
 
 BREAKER_STATES = ("closed", "open", "half_open")
 """The states of the circuit breaker (``ratekeeper.limiter.breaker``), as gauge labels."""
+
+OTHER_RULE = "_other"
+"""The ``rule`` label of every rule that is not configured (see the module docstring)."""
+
+MAX_RULES = 1_000
+"""Without configured rules, the most distinct rule names that become labels."""
 
 NEAR = 0.8
 """The share of a limit used from which an admission counts as ``near``."""
@@ -104,6 +123,7 @@ class Metrics:
     ``Metrics`` never collide; pass ``prometheus_client.REGISTRY`` to join the process's
     default registry (and the ``/metrics`` endpoint an application already serves).
     ``near`` is the used share from which an admission is counted as ``near``.
+    ``max_rules`` bounds the rule labels until ``configured_rules`` names them.
     """
 
     def __init__(
@@ -112,9 +132,12 @@ class Metrics:
         namespace: str = "ratekeeper",
         *,
         near: float = NEAR,
+        max_rules: int = MAX_RULES,
     ) -> None:
         if not 0 < near <= 1:
             raise ValueError(f"near must be a share of a limit in (0, 1], got {near!r}")
+        if type(max_rules) is not int or max_rules < 0:
+            raise ValueError(f"max_rules must be an integer of at least 0, got {max_rules!r}")
         prom = _prometheus()
         self._prom = prom
         self.registry: CollectorRegistry = prom.CollectorRegistry() if registry is None else registry
@@ -144,8 +167,15 @@ class Metrics:
         for result in ("ok", "failed"):
             self.reloads.labels(result)  # both series exist from the start: rate() sees the first failure
         # The labelled children, resolved once per (rule, outcome): ``labels()`` costs a
-        # lock and a tuple per call; rule names are bounded by the configuration.
+        # lock and a tuple per call. Only labelled rules are kept here (bounded by the
+        # configuration or ``max_rules``); an unlabelled one resolves through ``_label``.
         self._children: dict[tuple[str, str], Any] = {}
+        self._max_rules = max_rules
+        self._configured: frozenset[str] | None = None
+        self._seen: set[str] = set()  # the names labelled so far while none is configured
+        self._lock = threading.Lock()
+        self._caches: dict[str, BoundedCache[Any, Any]] = {}
+        self._caches_collector: Any = None
 
     # -- the Observer protocol ---------------------------------------------------------
 
@@ -153,9 +183,13 @@ class Metrics:
         """Count one decision under its rule and outcome."""
         rule = decision.rule
         outcome = outcome_of(decision, rule in self._shadow, self.near)
-        child = self._children.get((rule, outcome))
+        children = self._children
+        child = children.get((rule, outcome))
         if child is None:
-            child = self._children.setdefault((rule, outcome), self.decisions.labels(rule, outcome))
+            label = self._label(rule)
+            child = self.decisions.labels(label, outcome)
+            if label == rule:
+                children[(rule, outcome)] = child
         child.inc()
 
     def store_call(self, seconds: float, error: StoreError | None) -> None:
@@ -176,9 +210,33 @@ class Metrics:
         refusals count as ``shadow_over``."""
         self._shadow = frozenset(names)
 
+    def configured_rules(self, names: Iterable[str]) -> None:
+        """The configured rules from now on (replacing the previous set): only these names
+        are ``rule`` labels; any other rule is counted under ``OTHER_RULE``. The service
+        calls it with each catalog it loads, the middleware with its rules."""
+        configured = frozenset(names)
+        with self._lock:
+            self._configured = configured
+            self._seen.clear()
+            # A rule no longer configured must stop resolving to its own series.
+            self._children = {}
+
+    def _label(self, rule: str) -> str:
+        """The ``rule`` label of ``rule``: itself when configured, else ``OTHER_RULE``."""
+        configured = self._configured
+        if configured is not None:
+            return rule if rule in configured else OTHER_RULE
+        with self._lock:
+            if rule in self._seen:
+                return rule
+            if len(self._seen) < self._max_rules:
+                self._seen.add(rule)
+                return rule
+        return OTHER_RULE
+
     def skipped(self, rule: str) -> None:
         """A request ``rule`` did not limit because its key could not be built."""
-        self.skips.labels(rule).inc()
+        self.skips.labels(self._label(rule)).inc()
 
     def reloaded(self, ok: bool) -> None:
         """A reload of the rules: accepted (``ok``) or refused."""
@@ -212,6 +270,46 @@ class Metrics:
                 yield stored
 
         self.registry.register(_CacheCollector())
+
+    def watch_cache(self, name: str, cache: BoundedCache[Any, Any]) -> None:
+        """Export ``cache``'s size, bound and evictions under ``cache=name``:
+        ``bounded_cache_entries``, ``bounded_cache_bound`` and ``bounded_cache_evictions``.
+        Watching another cache under a name already watched replaces it."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        namespace = self._namespace
+        caches = self._caches
+
+        class _BoundedCachesCollector:
+            def collect(self) -> Iterator[Any]:
+                entries = GaugeMetricFamily(
+                    f"{namespace}_bounded_cache_entries",
+                    "Entries held by a cache of client-created state",
+                    labels=["cache"],
+                )
+                bound = GaugeMetricFamily(
+                    f"{namespace}_bounded_cache_bound",
+                    "The most entries a cache of client-created state holds",
+                    labels=["cache"],
+                )
+                evictions = CounterMetricFamily(
+                    f"{namespace}_bounded_cache_evictions",
+                    "Entries evicted (least recently used first) to keep a cache within its bound",
+                    labels=["cache"],
+                )
+                for cache_name, watched in sorted(caches.items()):
+                    entries.add_metric([cache_name], len(watched))
+                    bound.add_metric([cache_name], watched.bound)
+                    evictions.add_metric([cache_name], watched.evictions)
+                yield entries
+                yield bound
+                yield evictions
+
+        with self._lock:
+            caches[name] = cache
+            if self._caches_collector is None:
+                self._caches_collector = _BoundedCachesCollector()
+                self.registry.register(self._caches_collector)
 
     def exposition(self, accept: str | None = None) -> tuple[bytes, str]:
         """The registry in the text format, and its content type: the body of ``/metrics``.

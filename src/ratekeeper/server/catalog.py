@@ -28,6 +28,14 @@ class Catalog:
     sources: tuple[str, ...] = ()
 
     @property
+    def rule_names(self) -> list[str]:
+        """The names of every configured rule, native and Envoy: the metrics' rule labels."""
+        names = [r.name for r in self.rules]
+        for config in self.envoy.values():
+            names += [rule.name for rule in config.rules]
+        return names
+
+    @property
     def shadow_rules(self) -> list[str]:
         """The names of the rules in shadow mode, for the metrics."""
         names = [r.name for r in self.rules if r.shadow]
