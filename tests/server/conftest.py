@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -77,11 +78,13 @@ def start_server(
     ports_from_env: bool = False,
     admin: bool = True,
     ready: Callable[[Served], bool] | None = None,
+    open_files: int | None = None,
 ) -> Served:
     """Write ``rules`` (YAML texts) to files and start the service on them (the ports as
     options, or as RATEKEEPER_HTTP_PORT / _GRPC_PORT / _ADMIN_PORT when ``ports_from_env``;
     ``admin=False``: ``--admin-port off``). ``ready(served)`` says when it serves
-    (default: ``/healthz`` of the decision surface answers 200)."""
+    (default: ``/healthz`` of the decision surface answers 200). ``open_files`` sets the
+    process's open-file limit (soft and hard)."""
     run_dir = tmp_path / f"serve-{uuid.uuid4().hex[:6]}"
     run_dir.mkdir()
     paths = []
@@ -92,6 +95,11 @@ def start_server(
     http_port, grpc_port, admin_port = free_port(), free_port(), free_port()
     admin_value = str(admin_port) if admin else "off"
     cmd = [sys.executable, "-m", "ratekeeper", "serve"]
+    if open_files is not None:
+        prlimit = shutil.which("prlimit")
+        if prlimit is None:
+            pytest.skip("prlimit (util-linux) is not installed")
+        cmd = [prlimit, f"--nofile={open_files}:{open_files}", "--", *cmd]
     if ports_from_env:
         env = {
             "RATEKEEPER_HTTP_PORT": str(http_port),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import resource
 import socket
@@ -75,6 +76,9 @@ def _plain_answer(status: int, detail: str, accepted: str | None, extra: list[tu
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
 
 
+_arrivals = itertools.count()
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with a read timeout, a head cap and a connection cap."""
 
@@ -83,7 +87,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._read_timer: asyncio.TimerHandle | None = None
-        self._opened = 0.0
+        self._opened = 0  # the order of arrival (the loop's clock ticks too coarsely to tell)
         self._closed_by_us = False
         self._in_head = True  # the next bytes belong to a request head
         self._began = False  # part of the current request has arrived
@@ -93,7 +97,7 @@ class GuardedProtocol(HttpToolsProtocol):
     # -- connections ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        self._opened = self.loop.time()
+        self._opened = next(_arrivals)
         if len(self.connections) >= self.limits.max_connections and not self._evict_idle():
             self.transport = transport
             self._closed_by_us = True
