@@ -8,7 +8,7 @@ rules or the new ones, never a mix; a file that fails to load leaves the old cat
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +64,8 @@ class Catalog:
 
 def build_catalog(loaded: Sequence[tuple[str, RuleSet | EnvoyConfig]]) -> Catalog:
     """The catalog of loaded rules files (``(path, rules)`` pairs): at most one of the
-    native form, any number of the Envoy form with distinct domains; else
-    ``ConfigurationError``."""
+    native form, any number of the Envoy form with distinct domains, and no two rules of
+    one name; else ``ConfigurationError``."""
     native: RuleSet | None = None
     envoy: dict[str, EnvoyConfig] = {}
     for path, rules in loaded:
@@ -82,4 +82,25 @@ def build_catalog(loaded: Sequence[tuple[str, RuleSet | EnvoyConfig]]) -> Catalo
                 f"{path}: domain {rules.domain!r} is already served by {envoy[rules.domain].source}"
             )
         envoy[rules.domain] = rules
+    _check_names(native, envoy.values())
     return Catalog(native or RuleSet(()), envoy, tuple(path for path, _ in loaded))
+
+
+def _check_names(native: RuleSet | None, envoy: Iterable[EnvoyConfig]) -> None:
+    """A rule's name is its state's namespace in the store, so two rules of one name (a
+    native rule and an Envoy descriptor's rate limit, or the limits of two domains named
+    alike) would count against each other: refused, naming both places."""
+    where: dict[str, str] = {}
+    if native is not None:
+        where = {r.name: r.origin or native.source for r in native}
+    for config in envoy:
+        for node in config.nodes:
+            if node.rule is None:
+                continue
+            name = node.rule.name
+            other = where.setdefault(name, node.origin)
+            if other != node.origin:
+                raise ConfigurationError(
+                    f"{node.origin}: the rate limit {name!r} has the name of the rule at {other}; rules that "
+                    "share a name share their counts: rename one of them (an Envoy rate limit takes name: ...)"
+                )

@@ -110,7 +110,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     """Run the service until SIGTERM or SIGINT; ``ready`` is set once both servers listen."""
     configure()
     metrics = Metrics()
-    files = RulesFiles(list(settings.rules), metrics) if settings.rules else None
+    files = RulesFiles(list(settings.rules)) if settings.rules else None
     catalog = files.catalog() if files is not None else example_catalog()
     limiter = AsyncLimiter(
         settings.store,
@@ -166,7 +166,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
 
     def on_hup() -> None:
         _reload_secrets(tls, {DECISION: decision_tokens, ADMIN: admin_tokens})
-        service.reload("SIGHUP", force=True)
+        service.reload_soon("SIGHUP", force=True)
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_stop, sig)
@@ -301,7 +301,7 @@ async def _tick(service: Service, health: Any, stop: asyncio.Event) -> None:
         await asyncio.sleep(TICK)
         try:
             await health.set(await service.store_problem() is None)
-            service.reload("file changed")
+            await service.reload("file changed")
         except Exception as exc:  # noqa: BLE001 - the ticker must outlive one bad tick
             log("tick", level="error", error=repr(exc))
 

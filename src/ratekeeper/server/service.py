@@ -6,14 +6,16 @@ is one state for both and a Redis or PostgreSQL store keeps one connection pool.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from ratekeeper.config.envoy import EnvoyConfig
+from ratekeeper.config.forms import load_any
 from ratekeeper.config.model import RuleSet
-from ratekeeper.config.watcher import RulesWatcher
+from ratekeeper.config.settled import SETTLE, Signature, Unsettled, load_settled, signature
+from ratekeeper.config.watcher import FORCED_ROUNDS
 from ratekeeper.errors import ConfigurationError, StoreError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.metrics import Metrics
@@ -28,36 +30,67 @@ PROBE = Rule("ratekeeper.readyz", ["1/s"], on_error="raise")
 
 
 class RulesFiles:
-    """The service's rules files, each watched by a ``RulesWatcher`` (reloaded when it
-    changes), and the ``Catalog`` they make together."""
+    """The service's rules files and the ``Catalog`` they make together.
 
-    def __init__(self, paths: Sequence[str], metrics: Metrics) -> None:
-        self.metrics = metrics
-        self.watchers = [RulesWatcher(path, on_reload=partial(self._reloaded, path)) for path in paths]
-        self._seen = self._current()
+    ``reload`` (blocking: the service runs it on a worker thread) takes the files that
+    changed, each once it has stood still for ``settle`` seconds
+    (``ratekeeper.config.settled``), and gives one result for all of them: a new catalog,
+    or the error that refused it (every file's problems, or a conflict between files).
+    Refused, no file's new content is taken, and the same contents are not tried again
+    until a file changes.
+    """
 
-    def _current(self) -> tuple[RuleSet | EnvoyConfig, ...]:
-        return tuple(w.current for w in self.watchers)
-
-    def _reloaded(self, path: str, ok: bool, error: str | None) -> None:
-        if not ok:  # a file that failed to load: the old rules stay
-            self.metrics.reloaded(False)
-            log("reload", level="error", ok=False, file=path, error=error)
-
-    def changed(self) -> bool:
-        """Whether a file changed and loaded since the last ``catalog()`` (checks them)."""
-        return any(a is not b for a, b in zip(self._current(), self._seen, strict=True))
-
-    def force(self) -> None:
-        """Load every file again now, changed or not (SIGHUP)."""
-        for watcher in self.watchers:
-            watcher.reload()
+    def __init__(self, paths: Sequence[str], settle: float = SETTLE) -> None:
+        self.paths = list(paths)
+        self.settle = settle
+        self._signatures = [signature(path) for path in self.paths]
+        self._rules = [load_any(path) for path in self.paths]
+        self._tried = tuple(self._signatures)
 
     def catalog(self) -> Catalog:
         """The catalog of the files as loaded; ``ConfigurationError`` when they conflict."""
-        current = self._current()
-        self._seen = current
-        return build_catalog([(w.path, rules) for w, rules in zip(self.watchers, current, strict=True)])
+        return build_catalog(list(zip(self.paths, self._rules, strict=True)))
+
+    def reload(self, force: bool) -> Catalog | str | None:
+        """The catalog of the files' new content, or the error (text) that refused it;
+        None when no file changed since the last try (or one is still being written).
+        ``force`` (SIGHUP) loads every file again, changed or not, waiting a little longer
+        for a file being written."""
+        now = tuple(signature(path) for path in self.paths)
+        if not force and now == self._tried:
+            return None
+        rounds = FORCED_ROUNDS if force else 1
+        signatures: list[Signature | None] = []
+        rules: list[RuleSet | EnvoyConfig] = []
+        errors: list[str] = []
+        for i, path in enumerate(self.paths):
+            if not force and now[i] == self._signatures[i]:
+                signatures.append(self._signatures[i])
+                rules.append(self._rules[i])
+                continue
+            try:
+                loaded = load_settled(path, load_any, self.settle, rounds)
+            except Unsettled as exc:
+                if not force:
+                    return None  # looked at again at the next tick
+                errors.append(str(exc))
+                signatures.append(now[i])
+                continue
+            signatures.append(loaded.signature)
+            if loaded.error is not None:
+                errors.append(loaded.error)
+            else:
+                assert loaded.rules is not None
+                rules.append(loaded.rules)
+        self._tried = tuple(signatures)
+        if errors:
+            return "\n".join(errors)
+        try:
+            catalog = build_catalog(list(zip(self.paths, rules, strict=True)))
+        except ConfigurationError as exc:
+            return str(exc)
+        self._signatures, self._rules = signatures, rules
+        return catalog
 
 
 class Service:
@@ -81,6 +114,8 @@ class Service:
         self.files = files
         self.catalog = catalog
         self._ready: bool | None = None
+        self._reloading = asyncio.Lock()
+        self._tasks: set[asyncio.Task[bool | None]] = set()
 
     @property
     def catalog(self) -> Catalog:
@@ -92,28 +127,38 @@ class Service:
         self.metrics.shadow_rules(catalog.shadow_rules)
         self.metrics.configured_rules(catalog.rule_names)
 
-    def reload(self, reason: str, force: bool = False) -> bool | None:
+    async def reload(self, reason: str, force: bool = False) -> bool | None:
         """Take the rules files' new content: on ``force`` (SIGHUP) every file is read
         again, else only changed ones are. True when new rules are in use, False when they
-        were refused, None when nothing changed."""
+        were refused, None when nothing changed. The files are read and parsed on a worker
+        thread, so the event loop keeps answering meanwhile; each reload that is tried
+        logs one ``reload`` line and counts one result."""
         if self.files is None:
             if force:
                 log("reload", ok=False, reason=reason, error="no rules file: the service runs its example rules")
             return None
-        if force:
-            self.files.force()
-        elif not self.files.changed():
-            return None
-        try:
-            catalog = self.files.catalog()
-        except ConfigurationError as exc:
-            self.metrics.reloaded(False)
-            log("reload", level="error", ok=False, reason=reason, error=str(exc))
-            return False
-        self.catalog = catalog
-        self.metrics.reloaded(True)
-        log("reload", ok=True, reason=reason, **summary(catalog))
-        return True
+        async with self._reloading:  # one at a time, so each result is swapped in in order
+            try:
+                outcome = await asyncio.to_thread(self.files.reload, force)
+            except Exception as exc:  # noqa: BLE001 - a loader's bug refuses this reload, not the service
+                outcome = f"the reload failed unexpectedly: {exc!r}"
+            if outcome is None:
+                return None
+            if isinstance(outcome, str):
+                self.metrics.reloaded(False)
+                log("reload", level="error", ok=False, reason=reason, error=outcome)
+                return False
+            self.catalog = outcome
+            self.metrics.reloaded(True)
+            log("reload", ok=True, reason=reason, **summary(outcome))
+            return True
+
+    def reload_soon(self, reason: str, force: bool = False) -> None:
+        """``reload`` as a task of the running loop, for a signal handler (which must not
+        wait)."""
+        task = asyncio.get_running_loop().create_task(self.reload(reason, force), name=f"reload ({reason})")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def store_problem(self) -> str | None:
         """None when the store answers a peek; else what went wrong. A change is logged."""
