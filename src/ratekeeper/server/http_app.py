@@ -193,8 +193,8 @@ async def store_call(app: HttpApp, request: Request) -> Response:
     """The service as a store for other limiters (``store_api.py``); each token's rules
     keep their state in a namespace of their own (``surfaces.store_namespace``)."""
     namespace = store_namespace(request.token_name)
-    del namespace  # TODO(B): pass it once decide_store_call takes ``namespace``
-    return json_response(200, {"results": await decide_store_call(app.service.limiter.store, request.body)})
+    results = await decide_store_call(app.service.limiter.store, request.body, namespace)
+    return json_response(200, {"results": results})
 
 
 ROUTES: dict[str, dict[str, Handler]] = {
