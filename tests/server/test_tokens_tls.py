@@ -278,3 +278,32 @@ def test_a_replaced_certificate_is_served_after_sighup(serve: Callable[..., Serv
         "the failed reload in the log",
     )
     assert 200 == httpx.get(decision, verify=_context(pki.other_ca), timeout=5).status_code
+
+
+def test_the_store_api_takes_admin_tokens_and_keeps_each_tokens_rules_apart(
+    serve: Callable[..., Served], tmp_path: Path, uid: str
+) -> None:
+    from ratekeeper import Limiter, Rule
+    from ratekeeper.errors import StoreError
+
+    tokens = tmp_path / "admin.tokens"
+    tokens.write_text(f"fleet-a:{ADMIN_SECRET}\nfleet-b:{ADMIN_SECRET[::-1]}\n")
+    configured = f'rules:\n  - name: {uid}.r\n    limits: ["1/minute"]\n'
+    served = serve(rules=[configured], args=["--store-api", "--admin-token-file", str(tokens)])
+    secrets = {}
+    for name, secret in (("a", ADMIN_SECRET), ("b", ADMIN_SECRET[::-1])):
+        secrets[name] = tmp_path / f"{name}.secret"
+        secrets[name].write_text(secret + "\n")
+    rule = Rule(f"{uid}.r", ["1/minute"])  # the configured rule's name, on purpose
+    with (
+        Limiter(f"{served.admin_url}/?token_file={secrets['a']}") as a,
+        Limiter(f"{served.admin_url}/?token_file={secrets['b']}") as b,
+    ):
+        assert a.try_acquire(rule, "k").allowed
+        assert not a.try_acquire(rule, "k").allowed
+        assert b.try_acquire(rule, "k").allowed  # another token: another namespace
+    # the configured rule of the same name shares nothing with them
+    check = {"rule": f"{uid}.r", "key": "k"}
+    assert 200 == httpx.post(f"{served.url}/v1/check", json=check, timeout=5).status_code
+    with Limiter(served.admin_url) as anonymous, pytest.raises(StoreError, match="401"):
+        anonymous.try_acquire(rule, "k")
