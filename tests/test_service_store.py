@@ -124,4 +124,6 @@ def test_a_rule_spec_of_the_wrong_shape_is_a_400_not_a_crash(service: Ratekeeper
     body = {"now": None, "ops": [["d", 0, "k", 0, 0, None]], "rules": [["r", "gcra", [{}]]]}
     response = httpx.post(f"{service.admin_url}/v1/store", json=body)
     assert 400 == response.status_code
-    assert "a limit is [count, period_us, burst | null]" in response.json()["detail"]
+    problem = response.json()
+    assert "rules[0][2] (limits)[0] must be an array, got object" == problem["detail"]
+    assert "[count, period_us, burst | null]" in problem["accepted"]

@@ -44,7 +44,7 @@ from ratekeeper.server.logs import log
 from ratekeeper.server.openapi import openapi_document
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
-from ratekeeper.server.store_api import decide_store_call
+from ratekeeper.server.store_api import decide_store_call, explicit_now_allowed
 from ratekeeper.server.surfaces import OPEN_PATHS, Surface, store_namespace
 from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
 
@@ -168,7 +168,14 @@ async def metrics(app: HttpApp, request: Request) -> Response:
 
 async def openapi(app: HttpApp, request: Request) -> Response:
     catalog = app.service.catalog
-    doc = openapi_document([r.name for r in catalog.rules], sorted(catalog.envoy))
+    doc = openapi_document(
+        [r.name for r in catalog.rules],
+        sorted(catalog.envoy),
+        app.surface.name,
+        leased=[r.name for r in catalog.rules if r.rule.algorithm == "concurrency"],
+        store_api=app.surface.store_api,
+        explicit_now=explicit_now_allowed(),
+    )
     # The document describes this surface: its routes, and its tokens when it has them.
     doc["paths"] = {path: item for path, item in doc.get("paths", {}).items() if path in app.routes}
     if app.surface.tokens.tokens:

@@ -1,8 +1,10 @@
-"""The OpenAPI 3.1 document of the JSON API (``GET /openapi.json``).
+"""The OpenAPI 3.1 document of the JSON API (``GET /openapi.json``), one per surface.
 
-Written by hand from the same constants the handlers check (``inputs.py``), so the
-schemas say exactly what is accepted: a tool that follows them (schemathesis in the
-tests) gets 2xx/429 answers, and one that breaks them gets a 4xx problem.
+The request bodies' schemas are the ones the handlers check each body against
+(``schema.py``), so the document says exactly what is accepted: a tool that follows it
+(schemathesis in the tests) gets 2xx/429 answers, and one that breaks it gets a 4xx
+problem. Where a schema cannot say a rule (an op's rule_index names one of the call's
+rules), the field's description does.
 """
 
 from __future__ import annotations
@@ -12,14 +14,19 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-from ratekeeper.algorithms import ALGORITHMS
-from ratekeeper.rule import MAX_KEY_LENGTH
-from ratekeeper.server.envoy import MAX_DESCRIPTORS
-from ratekeeper.server.inputs import MAX_BODY, MAX_CHECKS, MAX_COST, MAX_LEASE_ID
+from ratekeeper.server.inputs import MAX_BODY
+from ratekeeper.server.schema import REF, request_schemas
+from ratekeeper.server.surfaces import ADMIN, DECISION, STORE_PATH
 
-__all__ = ["openapi_document"]
+__all__ = ["SURFACE_PATHS", "openapi_document"]
 
-_REF = "#/components/schemas/"
+_REF = REF
+
+SURFACE_PATHS = {
+    DECISION: ("/v1/check", "/v1/peek", "/json", "/healthz", "/readyz", "/openapi.json"),
+    ADMIN: ("/v1/reset", "/v1/refund", "/v1/rules", "/metrics", STORE_PATH, "/healthz", "/openapi.json"),
+}
+"""The routes each surface's document describes (``surfaces.py`` serves them)."""
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -54,58 +61,7 @@ _RETRY = {"Retry-After": {"description": "whole seconds, rounded up", "schema": 
 
 _STORE_DOWN = _problem("The store failed and the failure policy is 'raise'")
 
-# The proto3 JSON mapping accepts null for the default and the proto field name beside its
-# JSON name: the schema says so too.
-_HITS = {
-    "type": ["integer", "null"],
-    "minimum": 0,
-    "maximum": MAX_COST,
-    "description": "hits to add (0, null or absent: 1)",
-}
-_DESCRIPTOR_HITS = {**_HITS, "description": "hits for this descriptor; 0 checks without charging"}
-
 _SCHEMAS: dict[str, Any] = {
-    "Check": {
-        "type": "object",
-        "properties": {
-            "rule": {"type": "string", "description": "the name of a rule of the rules file (GET /v1/rules)"},
-            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
-            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1},
-        },
-        "required": ["rule", "key"],
-        "additionalProperties": False,
-    },
-    "Checks": {
-        "type": "object",
-        "properties": {"checks": {"type": "array", "items": _ref("Check"), "minItems": 1, "maxItems": MAX_CHECKS}},
-        "required": ["checks"],
-        "additionalProperties": False,
-    },
-    "Refund": {
-        "type": "object",
-        "properties": {
-            "rule": {"type": "string"},
-            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
-            "cost": {"type": "integer", "minimum": 0, "maximum": MAX_COST, "default": 1},
-            "lease_id": {
-                "type": ["string", "null"],
-                "minLength": 1,
-                "maxLength": MAX_LEASE_ID,
-                "description": "a concurrency rule's lease to release",
-            },
-        },
-        "required": ["rule", "key"],
-        "additionalProperties": False,
-    },
-    "Reset": {
-        "type": "object",
-        "properties": {
-            "rule": {"type": "string"},
-            "key": {"type": "string", "minLength": 1, "maxLength": MAX_KEY_LENGTH},
-        },
-        "required": ["rule", "key"],
-        "additionalProperties": False,
-    },
     "LimitStats": {
         "type": "object",
         "properties": {
@@ -160,44 +116,6 @@ _SCHEMAS: dict[str, Any] = {
         },
         "required": ["sources", "rules", "envoy_domains"],
     },
-    "EnvoyRequest": {
-        "type": "object",
-        "description": "envoy.service.ratelimit.v3.RateLimitRequest in the proto3 JSON mapping",
-        "properties": {
-            "domain": {"type": "string", "minLength": 1},
-            "descriptors": {
-                "type": "array",
-                "minItems": 1,
-                "maxItems": MAX_DESCRIPTORS,
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "entries": {
-                            "type": "array",
-                            "minItems": 1,
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "key": {"type": "string", "minLength": 1},
-                                    "value": {"type": ["string", "null"]},
-                                },
-                                "required": ["key"],
-                                "additionalProperties": False,
-                            },
-                        },
-                        "hitsAddend": _DESCRIPTOR_HITS,
-                        "hits_addend": _DESCRIPTOR_HITS,
-                    },
-                    "required": ["entries"],
-                    "additionalProperties": False,
-                },
-            },
-            "hitsAddend": _HITS,
-            "hits_addend": _HITS,
-        },
-        "required": ["domain", "descriptors"],
-        "additionalProperties": False,
-    },
     "EnvoyResponse": {
         "type": "object",
         "description": "envoy.service.ratelimit.v3.RateLimitResponse in the proto3 JSON mapping",
@@ -211,66 +129,9 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
-_NULLABLE_INT = {"type": ["integer", "null"], "minimum": 0}
-_STORE_CALL: dict[str, Any] = {
-    "type": "object",
-    "description": "ratekeeper.stores.service.sansio: the rule travels with the call",
-    "additionalProperties": False,
-    "required": ["rules", "ops"],
-    "properties": {
-        "now": {"type": "null", "description": "the store's clock (a service started for tests also accepts µs)"},
-        "atomic": {"type": "boolean", "description": "true: every op charged or none (DECIDE ops only)"},
-        "rules": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "array",
-                "description": "[name, algorithm, [[count, period_us, burst | null], ...]]",
-                "prefixItems": [
-                    {"type": "string", "minLength": 1},
-                    {"type": "string", "enum": sorted(ALGORITHMS)},
-                    {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {
-                            "type": "array",
-                            "prefixItems": [
-                                {"type": "integer", "minimum": 1, "maximum": 1_000_000},
-                                {"type": "integer", "minimum": 1, "maximum": 86_400_000_000},
-                                {"type": ["integer", "null"], "minimum": 1, "maximum": 1_000_000},
-                            ],
-                            "minItems": 3,
-                            "maxItems": 3,
-                        },
-                    },
-                ],
-                "minItems": 3,
-                "maxItems": 3,
-            },
-        },
-        "ops": {
-            "type": "array",
-            "minItems": 1,
-            "items": {
-                "type": "array",
-                "description": "[mode (d, p, r, x), rule_index, key, cost, max_wait | null, lease_id | null]",
-                "prefixItems": [
-                    {"type": "string", "enum": ["d", "p", "r", "x"]},
-                    {"type": "integer", "minimum": 0, "maximum": 0},
-                    {"type": "string", "minLength": 1, "maxLength": 512},
-                    {"type": "integer", "minimum": 0},
-                    _NULLABLE_INT,
-                    {"type": ["string", "null"]},
-                ],
-                "minItems": 6,
-                "maxItems": 6,
-            },
-        },
-    },
-}
 _STORE_RESULTS: dict[str, Any] = {
     "type": "object",
-    "properties": {"results": {"type": "array", "items": {"type": ["array", "object", "null"]}}},
+    "properties": {"results": {"type": "array", "items": {"type": ["array", "object", "boolean", "null"]}}},
     "required": ["results"],
 }
 
@@ -296,16 +157,25 @@ def _version() -> str:
         return "0+unknown"
 
 
-def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> dict[str, Any]:
-    """The whole document, a fresh dict each call. ``rules`` (the names of the rules in
-    force) become the ``enum`` of every ``rule`` field; ``domains`` the examples of
-    Envoy's ``domain``."""
+def openapi_document(
+    rules: Sequence[str] = (),
+    domains: Sequence[str] = (),
+    surface: str | None = None,
+    *,
+    leased: Sequence[str] = (),
+    store_api: bool = True,
+    explicit_now: bool = False,
+) -> dict[str, Any]:
+    """The document of one surface (``surface``: ``"decision"`` or ``"admin"``; None: every
+    route), a fresh dict each call. ``rules`` (the names of the rules in force) become the
+    ``enum`` of every ``rule`` field, ``leased`` (the concurrency rules among them) the
+    rules whose refund names a lease, ``domains`` the examples of Envoy's ``domain``;
+    ``store_api``: whether the admin surface serves ``/v1/store``, ``explicit_now``
+    whether that takes a ``now`` (a service started for tests)."""
+    if surface is not None and surface not in SURFACE_PATHS:
+        raise ValueError(f"surface is one of {sorted(SURFACE_PATHS)} or None, got {surface!r}")
     schemas = copy.deepcopy(_SCHEMAS)
-    if rules:
-        for name in ("Check", "Refund", "Reset"):
-            schemas[name]["properties"]["rule"]["enum"] = list(rules)
-    if domains:
-        schemas["EnvoyRequest"]["properties"]["domain"]["examples"] = list(domains)
+    schemas.update(request_schemas(rules, leased, domains, explicit_now))
     check_schema = {"oneOf": [_ref("Check"), _ref("Checks")]}
     check_answer = {"oneOf": [_ref("Decision"), _ref("BatchDecision")]}
     paths = {
@@ -343,7 +213,7 @@ def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> 
         "/openapi.json": _get("This document", {"200": _json({"type": "object"}, "OpenAPI 3.1")}),
         "/v1/store": _post(
             "The service as a store for other limiters (Limiter('http://...')): ops decided in order",
-            _STORE_CALL,
+            _ref("StoreCall"),
             {"200": _json(_STORE_RESULTS, "One result per op: a decision, null, or that op's store failure")},
         ),
         "/json": _post(
@@ -355,6 +225,10 @@ def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> 
             },
         ),
     }
+    wanted = set(SURFACE_PATHS[surface]) if surface is not None else set(paths)
+    if not store_api:
+        wanted.discard(STORE_PATH)
+    paths = {path: item for path, item in paths.items() if path in wanted}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -363,5 +237,22 @@ def openapi_document(rules: Sequence[str] = (), domains: Sequence[str] = ()) -> 
             "description": "Rate-limit decisions over HTTP (ratekeeper serve). Envoy's gRPC service runs beside it.",
         },
         "paths": paths,
-        "components": {"schemas": schemas},
+        "components": {"schemas": _used(paths, schemas)},
     }
+
+
+def _used(paths: dict[str, Any], schemas: dict[str, Any]) -> dict[str, Any]:
+    """The schemas ``paths`` refer to, directly or through another schema."""
+    used: set[str] = set()
+    todo: list[Any] = [paths]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith(_REF) and ref[len(_REF) :] not in used:
+                used.add(ref[len(_REF) :])
+                todo.append(schemas[ref[len(_REF) :]])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return {name: schema for name, schema in schemas.items() if name in used}

@@ -26,8 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ServiceCalls"]
 
-_HEADERS = {"content-type": "application/json"}
-
 
 class ServiceCalls:
     """The calls of the service store: ``_run`` (a coalesced call), ``decide_many``,
@@ -49,7 +47,7 @@ class ServiceCalls:
         httpx = self._httpx
         self.calls += 1
         try:
-            response = self.client.post(STORE_PATH, content=body, headers=_HEADERS)
+            response = self.client.post(STORE_PATH, content=body, headers=self.options.headers)
         except httpx.TimeoutException as exc:
             raise StoreTimeout(
                 f"the ratekeeper service at {self.options.base_url} did not answer {what} "

@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncServiceCalls"]
 
-_HEADERS = {"content-type": "application/json"}
-
-
 class AsyncServiceCalls:
     """The calls of the service store: ``_run`` (a coalesced call), ``decide_many``,
     ``reset``. httpx keeps the connections (HTTP/1.1 keep-alive, one per call in flight)."""
@@ -49,7 +46,7 @@ class AsyncServiceCalls:
         httpx = self._httpx
         self.calls += 1
         try:
-            response = await self.client.post(STORE_PATH, content=body, headers=_HEADERS)
+            response = await self.client.post(STORE_PATH, content=body, headers=self.options.headers)
         except httpx.TimeoutException as exc:
             raise StoreTimeout(
                 f"the ratekeeper service at {self.options.base_url} did not answer {what} "

@@ -1,0 +1,456 @@
+"""The inputs of every route, said once: the JSON Schemas that ``/openapi.json`` publishes
+and that the service checks each request body against before anything is charged.
+
+A schema here is plain JSON Schema (2020-12, the dialect of OpenAPI 3.1). ``check``
+reads the part of it these schemas use (``type``, ``enum``, ``minimum``/``maximum``,
+``minLength``/``maxLength``, ``pattern``, ``properties``/``required``/
+``additionalProperties``, ``items``/``prefixItems``/``minItems``/``maxItems``, ``allOf``,
+``if``/``then``/``else``, ``$ref``), so what the document promises and what the service
+accepts cannot drift apart: the bounds below are the ones the stores decide exactly
+(``stores/bounds.py``, ``limit.py``).
+
+JSON has one number type: ``68887232.0`` is the integer 68887232 (as JSON Schema counts
+it), so an integer field takes it and the readers get an ``int``.
+
+What a schema cannot say is said in the ``description`` of the field it concerns and
+checked after it by the reader: that an op's ``rule_index`` names one of the call's
+rules, that an atomic call holds DECIDE ops only, that a release names the lease of a
+concurrency rule, that a bucket's ``capacity x period / count`` stays below 2**53 µs,
+and that text holds no lone surrogate (which no store can encode).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ratekeeper.algorithms import ALGORITHMS
+from ratekeeper.limit import MAX_COUNT, MAX_PERIOD_US
+from ratekeeper.rule import MAX_KEY_LENGTH
+from ratekeeper.server.problems import BadInput
+from ratekeeper.stores.bounds import MAX_COST as MAX_STORE_COST
+from ratekeeper.stores.bounds import MAX_LEASE_ID_LENGTH, MAX_NOW, MAX_WAIT
+from ratekeeper.stores.service.sansio import MAX_OPS, MAX_RULE_NAME, MAX_RULES, RESET
+
+__all__ = [
+    "MAX_CHECKS",
+    "MAX_COST",
+    "MAX_LEASE_ID",
+    "REF",
+    "check",
+    "request_schemas",
+    "type_name",
+]
+
+REF = "#/components/schemas/"
+
+MAX_COST = 2**32 - 1
+"""The largest cost a check may carry (Envoy's ``hits_addend`` is a uint32 too)."""
+
+MAX_CHECKS = 100
+"""The most checks one ``{"checks": [...]}`` batch may hold."""
+
+MAX_LEASE_ID = MAX_LEASE_ID_LENGTH
+"""The longest ``lease_id`` a refund may name (the limiter's are 32 characters)."""
+
+_NO_NUL = "^[^\\x00]*$"
+"""PostgreSQL's text cannot hold NUL: a lease id is text without it."""
+
+
+def _integer(low: int, high: int, title: str, description: str = "", nullable: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": ["integer", "null"] if nullable else "integer", "minimum": low, "maximum": high}
+    out["title"] = title
+    if description:
+        out["description"] = description
+    return out
+
+
+def _key(title: str = "key") -> dict[str, Any]:
+    return {
+        "type": "string",
+        "title": title,
+        "minLength": 1,
+        "maxLength": MAX_KEY_LENGTH,
+        "description": "any Unicode text (no lone surrogate)",
+    }
+
+
+def _rule(rules: Sequence[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "string",
+        "title": "rule",
+        "description": "the name of a rule of the rules file (GET /v1/rules)",
+    }
+    if rules:
+        out["enum"] = list(rules)
+    return out
+
+
+def _cost() -> dict[str, Any]:
+    return {**_integer(0, MAX_COST, "cost"), "default": 1}
+
+
+def _lease(nullable: bool = True) -> dict[str, Any]:
+    return {
+        "type": ["string", "null"] if nullable else "string",
+        "title": "lease_id",
+        "minLength": 1,
+        "maxLength": MAX_LEASE_ID,
+        "pattern": _NO_NUL,
+        "description": "the lease_id of a concurrency rule's decision: the lease to release",
+    }
+
+
+def _object(properties: dict[str, Any], required: Sequence[str], **more: Any) -> dict[str, Any]:
+    schema = {"type": "object", "properties": properties, "required": list(required), "additionalProperties": False}
+    return {**schema, **more}
+
+
+def _checks() -> dict[str, Any]:
+    return {"type": "array", "title": "checks", "items": {"$ref": REF + "Check"}, "minItems": 1, "maxItems": MAX_CHECKS}
+
+
+def _refund(rules: Sequence[str], leased: Sequence[str]) -> dict[str, Any]:
+    """A release names the lease of a concurrency rule; a refund of any other rule names none."""
+    schema = _object({"rule": _rule(rules), "key": _key(), "cost": _cost(), "lease_id": _lease()}, ["rule", "key"])
+    if leased:
+        schema["allOf"] = [
+            {
+                "if": {"properties": {"rule": {"enum": list(leased)}}, "required": ["rule"]},
+                "then": {
+                    "properties": {"lease_id": _lease(False)},
+                    "required": ["lease_id"],
+                    "description": "a concurrency rule's refund releases a lease: it names the lease_id",
+                },
+                "else": {"properties": {"lease_id": {"type": "null", "title": "lease_id", "x-leases": False}}},
+            }
+        ]
+    else:
+        schema["properties"]["lease_id"] = {"type": "null", "title": "lease_id", "x-leases": False}
+    return schema
+
+
+def _store_rule() -> dict[str, Any]:
+    limit = {
+        "type": "array",
+        "title": "limit",
+        "description": "[count, period_us, burst | null]; a bucket's capacity x period / count stays below 2**53 µs",
+        "prefixItems": [
+            _integer(1, MAX_COUNT, "count"),
+            _integer(1, MAX_PERIOD_US, "period_us", "µs, at most ten years"),
+            _integer(1, MAX_COUNT, "burst", "token_bucket, gcra and leaky_bucket only", nullable=True),
+        ],
+        "items": False,
+        "minItems": 3,
+        "maxItems": 3,
+    }
+    return {
+        "type": "array",
+        "title": "rule",
+        "description": "[name, algorithm, [[count, period_us, burst | null], ...]]",
+        "prefixItems": [
+            {"type": "string", "title": "name", "minLength": 1, "maxLength": MAX_RULE_NAME},
+            {"type": "string", "title": "algorithm", "enum": sorted(ALGORITHMS)},
+            {"type": "array", "title": "limits", "minItems": 1, "maxItems": 16, "items": limit},
+        ],
+        "items": False,
+        "minItems": 3,
+        "maxItems": 3,
+    }
+
+
+def _store_call(explicit_now: bool) -> dict[str, Any]:
+    now: dict[str, Any] = {"type": "null", "title": "now", "description": "the service's store decides on its clock"}
+    if explicit_now:  # a service started for tests (RATEKEEPER_EXPLICIT_NOW=1)
+        now = _integer(-MAX_NOW, MAX_NOW, "now", "µs; null: the store's clock", nullable=True)
+    op = {
+        "type": "array",
+        "title": "op",
+        "description": (
+            "[mode, rule_index, key, cost, max_wait | null, lease_id | null]; rule_index names one of the "
+            "call's rules; a release (mode r) of a concurrency rule names its lease_id"
+        ),
+        "prefixItems": [
+            {"type": "string", "title": "mode", "enum": ["d", "p", "r", RESET]},
+            _integer(0, MAX_RULES - 1, "rule_index", "the index of one of the call's rules"),
+            _key(),
+            _integer(0, MAX_STORE_COST, "cost", "at most 2**50, the largest count a limit may have"),
+            _integer(0, MAX_WAIT, "max_wait", "µs, at most 2**62 (as long as it takes)", nullable=True),
+            _lease(),
+        ],
+        "items": False,
+        "minItems": 6,
+        "maxItems": 6,
+    }
+    return {
+        "type": "object",
+        "description": "ratekeeper.stores.service.sansio: the rules travel with the call",
+        "properties": {
+            "now": now,
+            "atomic": {"type": "boolean", "title": "atomic", "description": "true: every op charged or none (d only)"},
+            "rules": {"type": "array", "title": "rules", "minItems": 1, "maxItems": MAX_RULES, "items": _store_rule()},
+            "ops": {"type": "array", "title": "ops", "minItems": 1, "maxItems": MAX_OPS, "items": op},
+        },
+        "required": ["rules", "ops"],
+        "additionalProperties": False,
+    }
+
+
+# The proto3 JSON mapping accepts null for the default and the proto field name beside its
+# JSON name: the schema says so too. (``envoy.py`` reads this body with the proto parser.)
+_HITS = {
+    "type": ["integer", "null"],
+    "minimum": 0,
+    "maximum": MAX_COST,
+    "description": "hits to add (0, null or absent: 1)",
+}
+_DESCRIPTOR_HITS = {**_HITS, "description": "hits for this descriptor; 0 checks without charging"}
+
+
+def _envoy_request() -> dict[str, Any]:
+    # Imported here: envoy.py reads its own body (with the proto parser) and imports the
+    # inputs' bounds, which import this module.
+    from ratekeeper.server.envoy import MAX_DESCRIPTORS
+
+    return _ENVOY_REQUEST | {"properties": {**_ENVOY_REQUEST["properties"], "descriptors": {
+        **_ENVOY_REQUEST["properties"]["descriptors"], "maxItems": MAX_DESCRIPTORS}}}  # fmt: skip
+
+
+_ENVOY_REQUEST: dict[str, Any] = {
+    "type": "object",
+    "description": "envoy.service.ratelimit.v3.RateLimitRequest in the proto3 JSON mapping",
+    "properties": {
+        "domain": {"type": "string", "minLength": 1},
+        "descriptors": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "properties": {
+                    "entries": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "key": {"type": "string", "minLength": 1},
+                                "value": {"type": ["string", "null"]},
+                            },
+                            "required": ["key"],
+                            "additionalProperties": False,
+                        },
+                    },
+                    "hitsAddend": _DESCRIPTOR_HITS,
+                    "hits_addend": _DESCRIPTOR_HITS,
+                },
+                "required": ["entries"],
+                "additionalProperties": False,
+            },
+        },
+        "hitsAddend": _HITS,
+        "hits_addend": _HITS,
+    },
+    "required": ["domain", "descriptors"],
+    "additionalProperties": False,
+}
+
+
+def request_schemas(
+    rules: Sequence[str] = (),
+    leased: Sequence[str] = (),
+    domains: Sequence[str] = (),
+    explicit_now: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """The schemas of the request bodies, by component name (a fresh copy each call).
+
+    ``rules`` (the names of the rules in force) are the ``enum`` of every ``rule`` field,
+    ``leased`` the names of the concurrency rules among them (a refund of one names its
+    lease), ``domains`` the examples of Envoy's ``domain``; ``explicit_now`` whether the
+    store API takes a ``now`` (a service started for tests)."""
+    envoy = copy.deepcopy(_envoy_request())
+    if domains:
+        envoy["properties"]["domain"]["examples"] = list(domains)
+    return {
+        "Check": _object({"rule": _rule(rules), "key": _key(), "cost": _cost()}, ["rule", "key"]),
+        "Checks": _object({"checks": _checks()}, ["checks"]),
+        "Refund": _refund(rules, leased),
+        "Reset": _object({"rule": _rule(rules), "key": _key()}, ["rule", "key"]),
+        "StoreCall": _store_call(explicit_now),
+        "EnvoyRequest": envoy,
+    }
+
+
+# -- checking a value against a schema --------------------------------------------------
+
+
+def type_name(value: object) -> str:
+    """The JSON name of ``value``'s type, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _is(value: Any, kind: str) -> bool:
+    if kind == "integer":
+        return type(value) is int
+    if kind == "number":
+        return type(value) in (int, float)
+    if kind == "string":
+        return isinstance(value, str)
+    if kind == "boolean":
+        return isinstance(value, bool)
+    if kind == "null":
+        return value is None
+    if kind == "array":
+        return isinstance(value, list)
+    return isinstance(value, dict)
+
+
+def _accepted(schema: Mapping[str, Any]) -> str:
+    """What a schema accepts, in words (the ``accepted`` of a problem)."""
+    kinds = schema.get("type", [])
+    kinds = [kinds] if isinstance(kinds, str) else list(kinds)
+    words = []
+    if "enum" in schema:
+        shown = ", ".join(repr(v) for v in schema["enum"][:20]) + (", ..." if len(schema["enum"]) > 20 else "")
+        words.append(f"one of {shown}")
+    elif "integer" in kinds:
+        low, high = schema.get("minimum"), schema.get("maximum")
+        words.append(f"an integer from {low} to {high}" if low is not None and high is not None else "an integer")
+    elif "string" in kinds:
+        low, high = schema.get("minLength", 0), schema.get("maxLength")
+        words.append(f"a string of {low} to {high} characters" if high is not None else "a string")
+    elif "array" in kinds:
+        words.append(f"an array of {schema.get('minItems', 0)} to {schema.get('maxItems', 'any number of')} items")
+    elif "object" in kinds:
+        props = schema.get("properties", {})
+        required = schema.get("required", [])
+        words.append("an object with " + ", ".join(f"{f!r}" + ("" if f in required else " (optional)") for f in props))
+    else:
+        words.extend(f"a {k}" if k != "null" else "" for k in kinds[:1])
+    if "null" in kinds and kinds != ["null"]:
+        words.append("or null")
+    if kinds == ["null"]:
+        words = ["null"]
+    if schema.get("description"):
+        words.append(f"({schema['description']})" if any(words) else schema["description"])
+    return " ".join(w for w in words if w)
+
+
+_KIND_WORDS = {"integer": "an integer", "object": "a JSON object", "array": "an array"}
+
+
+class _Checker:
+    def __init__(self, components: Mapping[str, Any]) -> None:
+        self.components = components
+
+    def resolve(self, schema: Mapping[str, Any]) -> Mapping[str, Any]:
+        while "$ref" in schema:
+            schema = self.components[schema["$ref"].removeprefix(REF)]
+        return schema
+
+    def matches(self, schema: Mapping[str, Any], value: Any, where: str) -> bool:
+        try:
+            self.check(schema, value, where)
+        except BadInput:
+            return False
+        return True
+
+    def check(self, schema: Mapping[str, Any], value: Any, where: str) -> Any:
+        """``value`` with integral floats made ints, or ``BadInput`` naming ``where``."""
+        schema = self.resolve(schema)
+        kinds = schema.get("type")
+        if kinds is not None:
+            kinds = [kinds] if isinstance(kinds, str) else kinds
+            if "integer" in kinds and type(value) is float and value.is_integer():
+                value = int(value)  # JSON has one number type: 2.0 is the integer 2
+            if not any(_is(value, k) for k in kinds):
+                if schema.get("x-leases") is False:
+                    raise BadInput(
+                        400, f"{where}: the rule holds no leases (it is not a concurrency rule)",
+                        "lease_id null or absent; a lease_id only for a concurrency rule",
+                    )  # fmt: skip
+                words = " or ".join(_KIND_WORDS.get(k, f"a {k}") for k in kinds if k != "null")
+                got = f"{type_name(value)} {value!r:.60}" if type_name(value) == "number" else type_name(value)
+                raise BadInput(400, f"{where} must be {words or 'null'}, got {got}", _accepted(schema))
+        if "enum" in schema and value not in schema["enum"]:
+            title = schema.get("title", "value")
+            extra = {"rule": value} if title == "rule" else {}
+            raise BadInput(400, f"unknown {title} {value!r:.200} at {where}", _accepted(schema), **extra)
+        if type(value) is int:
+            low, high = schema.get("minimum"), schema.get("maximum")
+            if (low is not None and value < low) or (high is not None and value > high):
+                raise BadInput(400, f"{where} {value} is out of range", _accepted(schema))
+        elif isinstance(value, str):
+            self._string(schema, value, where)
+        elif isinstance(value, list):
+            value = self._array(schema, value, where)
+        elif isinstance(value, dict):
+            value = self._object(schema, value, where)
+        for part in schema.get("allOf", ()):
+            value = self.check(part, value, where)
+        if "if" in schema:
+            branch = schema.get("then") if self.matches(schema["if"], value, where) else schema.get("else")
+            if branch is not None:
+                value = self.check(branch, value, where)
+        return value
+
+    def _string(self, schema: Mapping[str, Any], value: str, where: str) -> None:
+        low, high = schema.get("minLength"), schema.get("maxLength")
+        if low and not value:
+            raise BadInput(400, f"{where} is empty", _accepted(schema))
+        if (low is not None and len(value) < low) or (high is not None and len(value) > high):
+            raise BadInput(400, f"{where} is {len(value)} characters long", _accepted(schema))
+        pattern = schema.get("pattern")
+        if pattern is not None and re.search(pattern, value) is None:
+            raise BadInput(400, f"{where} holds a character it may not ({pattern})", _accepted(schema))
+
+    def _array(self, schema: Mapping[str, Any], value: list[Any], where: str) -> list[Any]:
+        low, high = schema.get("minItems"), schema.get("maxItems")
+        if (low is not None and len(value) < low) or (high is not None and len(value) > high):
+            raise BadInput(400, f"{where} holds {len(value)} items", _accepted(schema))
+        prefix = schema.get("prefixItems", ())
+        rest = schema.get("items")
+        out = list(value)
+        for i, item in enumerate(value):
+            sub = prefix[i] if i < len(prefix) else rest
+            if sub is None:
+                continue
+            if sub is False:
+                raise BadInput(400, f"{where} holds {len(value)} items", _accepted(schema))
+            title = self.resolve(sub).get("title") if i < len(prefix) else None
+            out[i] = self.check(sub, item, f"{where}[{i}]" + (f" ({title})" if title else ""))
+        return out
+
+    def _object(self, schema: Mapping[str, Any], value: dict[str, Any], where: str) -> dict[str, Any]:
+        props: Mapping[str, Any] = schema.get("properties", {})
+        if schema.get("additionalProperties") is False:
+            unknown = [f for f in value if f not in props]
+            if unknown:
+                raise BadInput(400, f"unknown field {unknown[0]!r:.100} in {where}", _accepted(schema))
+        missing = [f for f in schema.get("required", ()) if f not in value]
+        if missing:
+            raise BadInput(400, f"{where} lacks the field {missing[0]!r}", _accepted(schema))
+        out = dict(value)
+        for name, sub in props.items():
+            if name in value:
+                out[name] = self.check(sub, value[name], f"{where}.{name}" if where != "the body" else name)
+        return out
+
+
+def check(schemas: Mapping[str, Any], name: str, value: Any, where: str = "the body") -> Any:
+    """``value`` checked against the schema ``schemas[name]`` (``request_schemas``): the
+    value with integral floats made ints, or ``BadInput`` (400) naming the field, what it
+    got and what the schema accepts."""
+    checker = _Checker(schemas)
+    return checker.check(schemas[name], value, where)
