@@ -37,6 +37,7 @@ from ratekeeper.server.http_app import HttpApp
 from ratekeeper.server.http_server import HttpLimits, bind, http_server, raise_open_files_limit
 from ratekeeper.server.logs import configure, log
 from ratekeeper.server.service import RulesFiles, Service, ServiceObserver, redact, summary
+from ratekeeper.server.store_api import PLANS
 from ratekeeper.server.surfaces import ADMIN, DECISION, Surface
 from ratekeeper.server.tls import TlsFiles, TlsState
 
@@ -120,6 +121,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     )
     if limiter.over_limit_cache is not None:
         metrics.watch_over_limit_cache(limiter.over_limit_cache)
+    if settings.store_api:  # the rules store-API clients send: bounded, evictions counted
+        metrics.watch_cache("store_api_rules", PLANS.cache)
     service = Service(limiter, metrics, catalog, files, settings.store)
     try:
         await _run(service, settings, ready)
