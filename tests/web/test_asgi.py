@@ -138,10 +138,11 @@ def get_all(base: str, paths: list[str], headers_each: list[dict[str, str]] | No
 
 
 def test_a_spoofed_forwarded_for_is_ignored_behind_a_trusted_proxy(rule_name: str) -> None:
-    """Behind a trusted proxy, the client is the address the proxy appended: what the
-    client wrote itself (left of it) changes nothing."""
+    """Behind trusted proxies (two hops here), the client is the address the outer proxy
+    appended: what the client wrote itself (left of it) changes nothing, and only the
+    configured header is read."""
     rule = http_rule(rule_name, "1/minute", key="{client_ip}")
-    with serve(make_app([rule], trusted_proxies=["127.0.0.1", "10.0.0.0/8"])) as base:
+    with serve(make_app([rule], trusted_proxies=["127.0.0.1", "10.0.0.0/8"], trusted_hops=2)) as base:
         got = get_all(
             base,
             ["/items/x"] * 5,
@@ -150,10 +151,22 @@ def test_a_spoofed_forwarded_for_is_ignored_behind_a_trusted_proxy(rule_name: st
                 {"X-Forwarded-For": "2.2.2.2, 203.0.113.9"},  # same client, another spoof: refused
                 {"X-Forwarded-For": "203.0.113.9, 10.0.0.2"},  # through a second trusted proxy: same client
                 {"X-Forwarded-For": "203.0.113.10"},  # another client
-                {"Forwarded": 'for=6.6.6.6, for="203.0.113.10:4711";proto=https'},  # RFC 7239: same client
+                {"Forwarded": "for=203.0.113.11"},  # not the configured header: the peer, 127.0.0.1
             ],
         )
-    assert [200, 429, 429, 200, 429] == [r.status_code for r in got]
+    assert [200, 429, 429, 200, 200] == [r.status_code for r in got]
+    forwarded = http_rule(rule_name + ".f", "1/minute", key="{client_ip}")
+    with serve(make_app([forwarded], trusted_proxies=["127.0.0.1"], forwarded_header="forwarded")) as base:
+        got = get_all(
+            base,
+            ["/items/x"] * 3,
+            [
+                {"Forwarded": 'for=6.6.6.6, for="203.0.113.10:4711";proto=https'},
+                {"Forwarded": 'for=7.7.7.7, for="203.0.113.10"'},  # RFC 7239: same client
+                {"X-Forwarded-For": "203.0.113.12"},  # not the configured header: the peer
+            ],
+        )
+    assert [200, 429, 200] == [r.status_code for r in got]
 
 
 def test_forwarded_headers_from_an_untrusted_peer_are_ignored(rule_name: str) -> None:
@@ -244,7 +257,7 @@ def test_exemptions_skip_limiting_entirely(rule_name: str) -> None:
     rule = http_rule(rule_name, "1/minute", key="{header.x-api-key}")
     options: dict[str, Any] = {
         "exempt_paths": ["/status/*"],
-        "exempt_keys": ["admin"],
+        "exempt_keys": {rule_name: ["admin"]},
         "exempt": lambda view: view.header("x-internal") == "yes",
     }
     with serve(status_app([rule], **options)) as base:

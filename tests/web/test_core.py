@@ -120,7 +120,7 @@ def test_exemptions() -> None:
         [rule],
         exempt_paths=["/health", "/static/*"],
         exempt_methods=["options"],
-        exempt_keys=["admin"],
+        exempt_keys={"e": ["admin"]},
         exempt_networks=["10.0.0.0/8"],
         exempt=lambda view: view.query("free") == "1",
     )

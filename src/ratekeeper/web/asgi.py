@@ -10,6 +10,14 @@ untouched (lifespan's shutdown also closes the limiter's store).
 Path parameters come from the rules' own path templates; when a rule needs one its
 template lacks, or ``{route}``, the app's routes are asked (``scope["route"]`` when the
 framework set it, else a Starlette-style ``app.routes`` match), only then.
+
+A configuration that cannot be used (a rules file that fails to load, a bad option) is
+not raised from the constructor: Starlette and FastAPI build their middleware when the
+first event arrives, and an error there is taken by uvicorn's default lifespan handling
+for "lifespan not supported", after which the app serves a 500 for every request. It is
+kept and answered to ``lifespan.startup`` with ``lifespan.startup.failed``, so the server
+refuses to start and says why; a server run without lifespan gets the error raised on
+every request instead.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator,
 from typing import Any
 
 from ratekeeper.config.model import HttpRule
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.web.core import DenyResponse, RateLimitCore, RequestView, Verdict
 
@@ -44,10 +53,12 @@ class RateLimitMiddleware:
         limiter: AsyncLimiter | None = None,
         on_error: str = "allow",
         trusted_proxies: Iterable[str] | str | None = None,
+        forwarded_header: str = "x-forwarded-for",
+        trusted_hops: int = 1,
         ipv6_prefix: int = 64,
         exempt_paths: Iterable[str] = (),
         exempt_methods: Iterable[str] = (),
-        exempt_keys: Iterable[str] = (),
+        exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str] = (),
         exempt_networks: Iterable[str] | str | None = None,
         exempt: Callable[[RequestView], bool] | None = None,
         user: Callable[[RequestView], str | None] | None = None,
@@ -64,34 +75,52 @@ class RateLimitMiddleware:
         # The options are spelled out (not **options) so that type checkers accept
         # ``app.add_middleware(RateLimitMiddleware, rules=...)``.
         self.app = app
-        self.core = RateLimitCore(
-            rules,
-            store=store,
-            limiter=limiter,
-            asynchronous=True,
-            on_error=on_error,
-            trusted_proxies=trusted_proxies,
-            ipv6_prefix=ipv6_prefix,
-            exempt_paths=exempt_paths,
-            exempt_methods=exempt_methods,
-            exempt_keys=exempt_keys,
-            exempt_networks=exempt_networks,
-            exempt=exempt,
-            user=user,
-            key=key,
-            cost=cost,
-            refund_statuses=refund_statuses,
-            shadow=shadow,
-            ratelimit_headers=ratelimit_headers,
-            x_ratelimit_headers=x_ratelimit_headers,
-            deny_response=deny_response,
-            metrics=metrics,
-            reload_interval=reload_interval,
-        )
+        self.startup_error: Exception | None = None
+        try:
+            self._core: RateLimitCore | None = RateLimitCore(
+                rules,
+                store=store,
+                limiter=limiter,
+                asynchronous=True,
+                on_error=on_error,
+                trusted_proxies=trusted_proxies,
+                forwarded_header=forwarded_header,
+                trusted_hops=trusted_hops,
+                ipv6_prefix=ipv6_prefix,
+                exempt_paths=exempt_paths,
+                exempt_methods=exempt_methods,
+                exempt_keys=exempt_keys,
+                exempt_networks=exempt_networks,
+                exempt=exempt,
+                user=user,
+                key=key,
+                cost=cost,
+                refund_statuses=refund_statuses,
+                shadow=shadow,
+                ratelimit_headers=ratelimit_headers,
+                x_ratelimit_headers=x_ratelimit_headers,
+                deny_response=deny_response,
+                metrics=metrics,
+                reload_interval=reload_interval,
+            )
+        except (ConfigurationError, OSError) as exc:
+            self._core = None
+            self.startup_error = exc
+
+    @property
+    def core(self) -> RateLimitCore:
+        """The core deciding requests; the configuration's error when there is none."""
+        if self._core is None:
+            assert self.startup_error is not None
+            raise self.startup_error
+        return self._core
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "lifespan":
+            if self.startup_error is not None:
+                await _fail_startup(receive, send, self.startup_error)
+                return
             await self.app(scope, receive, self._lifespan_send(send))
             return
         if kind != "http":
@@ -131,6 +160,15 @@ class RateLimitMiddleware:
             await send(message)
 
         return lifespan_send
+
+
+async def _fail_startup(receive: Receive, send: Send, error: Exception) -> None:
+    """Answer the server's ``lifespan.startup`` with ``lifespan.startup.failed``: the app
+    cannot limit anything, and serving it unlimited (or as 500s) would hide that."""
+    message = await receive()
+    if message["type"] == "lifespan.startup":
+        text = f"ratekeeper RateLimitMiddleware cannot start: {error}"
+        await send({"type": "lifespan.startup.failed", "message": text})
 
 
 async def send_verdict(send: Send, verdict: Verdict) -> None:

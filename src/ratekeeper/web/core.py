@@ -29,11 +29,14 @@ Options (the same names in every integration):
   sync integrations, an ``AsyncLimiter`` for async ones). ``on_error`` is the limiter's
   failure policy for rules without their own (default ``"allow"``: a web site stays up
   when its store is down; a rule's ``on_error: deny`` keeps e.g. login closed).
-- ``trusted_proxies`` (networks whose ``Forwarded`` / ``X-Forwarded-For`` are believed),
-  ``ipv6_prefix`` (64).
+- ``trusted_proxies`` (networks of the proxies in front of the app), ``forwarded_header``
+  (the one header they set: ``"x-forwarded-for"``, the default, or ``"forwarded"``),
+  ``trusted_hops`` (how many of them append to it, 1), ``ipv6_prefix`` (64): see
+  ``ratekeeper.web.client_ip``.
 - ``exempt_paths`` (path templates, ``/static/*``), ``exempt_methods``, ``exempt_keys``
-  (a request any of whose rendered keys is listed is not limited at all),
-  ``exempt_networks`` (client addresses), ``exempt`` (``callable(view) -> bool``).
+  (a mapping: a rule name to the keys of that rule that it does not limit, or a key
+  template such as ``"{client_ip}"`` to the values that exempt a request from every
+  rule), ``exempt_networks`` (client addresses), ``exempt`` (``callable(view) -> bool``).
 - ``user``: ``callable(view) -> str | None``, the ``{user}`` part (default: what the
   integration found, e.g. ``REMOTE_USER`` or Starlette's ``scope["user"]``).
 - ``key``: ``callable(view, http_rule) -> str | None`` building every rule's key instead
@@ -46,15 +49,19 @@ Options (the same names in every integration):
   never in headers. Each shadow rule is its own transaction, apart from the enforced ones.
 - ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families.
 - ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
-  the 429 (the rate-limit headers are still added unless switched off).
+  the 429 (the rate-limit headers are still added unless switched off). Header names and
+  values may be ``str`` or ``bytes``; an answer that is not a valid response (a status
+  outside 100-599, a header with a line break) is logged and the standard 429 sent.
 - ``metrics``: a ``ratekeeper.metrics.Metrics`` (the limiter's observer; told skipped
   rules, shadow rules and reloads here, and each request by the integration:
   ``metrics.request("asgi")``).
 
 How one request is decided: the rules whose ``match`` fits, in order; each renders its key
 (a rule whose key cannot be built from the request is skipped and counted, never an error
-page; a cost template the request does not fill charges ``MISSING_COST``, 1, so leaving
-the header out never dodges a rule); exemptions end it there; then ONE all-or-nothing ``try_acquire_many`` for
+page; a key longer than a store accepts is bounded by ``ratekeeper.keys.bounded_key``; a
+cost template the request does not fill with ASCII digits charges ``MISSING_COST``, 1, so
+leaving the header out never dodges a rule); a rule's exempt key leaves that rule out;
+then ONE all-or-nothing ``try_acquire_many`` for
 the enforced rules (a refusal charges none of them) and one transaction per shadow rule.
 The logic is written once as a generator (``check_flow``) that yields the batches to
 decide; ``check_sync`` / ``check_async`` only run them (the shape of
@@ -64,7 +71,9 @@ decide; ``check_sync`` / ``check_async`` only run them (the shape of
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
+import re
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -76,6 +85,8 @@ from ratekeeper.config.sources import rules_from
 from ratekeeper.config.watcher import RulesWatcher
 from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError
+from ratekeeper.keys import bounded_key
+from ratekeeper.limit import MAX_COUNT
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.rule import Rule
@@ -100,7 +111,9 @@ CheckFlow = Generator[tuple[tuple[Item, ...], ...], Sequence[BatchDecision], "Ve
 """Yields the batches to decide (the enforced one first, possibly empty, then one per
 shadow rule); receives their ``BatchDecision``s in that order; returns the verdict."""
 
-DenyResponse = Callable[[Sequence[Decision]], tuple[int, Iterable[tuple[str, str]], bytes | str]]
+DenyResponse = Callable[[Sequence[Decision]], tuple[int, Iterable[tuple[str | bytes, str | bytes]], bytes | str]]
+
+log = logging.getLogger("ratekeeper.web")
 
 
 class WebMetrics(Protocol):
@@ -221,10 +234,12 @@ class RateLimitCore:
         asynchronous: bool,
         on_error: str = "allow",
         trusted_proxies: Iterable[str] | str | None = None,
+        forwarded_header: str = "x-forwarded-for",
+        trusted_hops: int = 1,
         ipv6_prefix: int = 64,
         exempt_paths: Iterable[str] = (),
         exempt_methods: Iterable[str] = (),
-        exempt_keys: Iterable[str] = (),
+        exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str] = (),
         exempt_networks: Iterable[str] | str | None = None,
         exempt: Callable[[RequestView], bool] | None = None,
         user: Callable[[RequestView], str | None] | None = None,
@@ -249,10 +264,12 @@ class RateLimitCore:
         elif not asynchronous and not isinstance(limiter, Limiter):
             raise ConfigurationError("this integration is synchronous: pass a Limiter as limiter=")
         self.limiter = limiter
-        self.client = ClientAddress(Networks(trusted_proxies, what="trusted_proxies"), ipv6_prefix)
+        self.client = ClientAddress(
+            Networks(trusted_proxies, what="trusted_proxies"), ipv6_prefix, forwarded_header, trusted_hops
+        )
         self.exempt_paths = tuple(PathTemplate.parse(p) for p in _strings(exempt_paths, "exempt_paths"))
         self.exempt_methods = frozenset(m.upper() for m in _strings(exempt_methods, "exempt_methods"))
-        self.exempt_keys = frozenset(_strings(exempt_keys, "exempt_keys"))
+        self.exempt_keys, self.exempt_parts = _exempt_keys(exempt_keys)
         self.exempt_networks = Networks(exempt_networks, what="exempt_networks")
         self.exempt = exempt
         self.user = user
@@ -267,6 +284,9 @@ class RateLimitCore:
         self._source = _RulesSource(rules, metrics, reload_interval)
         self._shadow_reported: frozenset[str] | None = None
         self._report_shadow(self._source.current())
+        unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
+        if unknown:
+            log.warning("ratekeeper: exempt_keys names rules that are not in the rules: %s", ", ".join(sorted(unknown)))
 
     # -- the rules ------------------------------------------------------------------
 
@@ -378,9 +398,13 @@ class RateLimitCore:
             return None
         if self.exempt is not None and self.exempt(view):
             return None
+        for template, values in self.exempt_parts:
+            if template.render(lookup) in values:
+                return None
         enforced: list[tuple[HttpRule, str, int]] = []
         shadow: list[tuple[HttpRule, str, int]] = []
         skipped: list[str] = []
+        exempted = False
         for rule in self.rules:
             params = rule.match.match(method, view.path, view.host)
             if params is None:
@@ -393,9 +417,13 @@ class RateLimitCore:
                 if self.metrics is not None:
                     self.metrics.skipped(rule.name)
                 continue
-            if key in self.exempt_keys:
-                return None
-            (shadow if self._is_shadow(rule) else enforced).append((rule, key, cost))
+            exempt_keys = self.exempt_keys.get(rule.name)
+            if exempt_keys is not None and key in exempt_keys:
+                exempted = True
+                continue
+            (shadow if self._is_shadow(rule) else enforced).append((rule, bounded_key(key), cost))
+        if exempted and not enforced and not shadow:
+            return None
         return _Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
 
     def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
@@ -441,10 +469,10 @@ class RateLimitCore:
         if allowed:
             return Verdict(True, tuple(headers), 200, b"", decisions, shadow, tuple(charges), prepared.skipped)
         denied = tuple(d for d in decisions if not d.allowed)
-        if self.deny_response is not None:
-            status, extra, body = self.deny_response(denied)
-            headers += list(extra)
-            data = body.encode() if isinstance(body, str) else body
+        custom = None if self.deny_response is None else _custom_denial(self.deny_response, denied)
+        if custom is not None:
+            status, extra, data = custom
+            headers += extra
         else:
             retry = retry_after_seconds(denied)
             headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
@@ -479,9 +507,8 @@ class _Lookup:
     def _resolve_client(self) -> None:
         if self._client is None:
             v = self.view
-            address, key = self.core.client.resolve(
-                v.peer, lambda: v.header("forwarded"), lambda: v.header("x-forwarded-for")
-            )
+            client = self.core.client
+            address, key = client.resolve(v.peer, lambda: v.header(client.forwarded_header))
             self._client = (address,)
             self._client_key = key
 
@@ -523,10 +550,13 @@ def _as_cost(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
-        return value if value >= 0 else None
+        return min(value, MAX_COUNT) if value >= 0 else None
     if isinstance(value, str):
+        # ASCII digits only: str.isdigit() also accepts superscripts and other scripts'
+        # digits, some of which int() refuses. A cost beyond every limit is one that no
+        # limit admits, so it is capped where stores stop accepting costs.
         text = value.strip()
-        return int(text) if text.isdigit() and len(text) <= 18 else None
+        return min(int(text), MAX_COUNT) if text.isascii() and text.isdigit() and len(text) <= 18 else None
     return None
 
 
@@ -548,6 +578,84 @@ def _cost_value(value: Any, where: str) -> Any:
     raise ConfigurationError(
         f"{where} must be a non-negative int, a template such as '{{header.x-cost}}' or a callable, got {value!r}"
     )
+
+
+def _exempt_keys(
+    option: Mapping[str, Iterable[str] | str] | Iterable[str],
+) -> tuple[dict[str, frozenset[str]], tuple[tuple[KeyTemplate, frozenset[str]], ...]]:
+    """``exempt_keys`` as (rule name -> its exempt keys, (template, exempting values) pairs).
+
+    A key is exempt only where it was meant to be: a bare list of keys, compared with
+    every rule's key, would exempt a client that sends the exempt value in a header some
+    other rule is keyed by."""
+    if not isinstance(option, Mapping):
+        items = _strings(option, "exempt_keys")
+        if items:
+            raise ConfigurationError(
+                "exempt_keys must say what each key is exempt from: a mapping of a rule name to that rule's "
+                "exempt keys, or of a key template to the values that exempt a request from every rule, e.g. "
+                "{'api.per_key': ['monitoring-key'], '{client_ip}': ['10.0.0.5']}; "
+                f"got the bare keys {items!r:.200}"
+            )
+        return {}, ()
+    by_rule: dict[str, frozenset[str]] = {}
+    parts: list[tuple[KeyTemplate, frozenset[str]]] = []
+    for name, values in option.items():
+        if not isinstance(name, str) or not name:
+            raise ConfigurationError(f"exempt_keys: {name!r} is not a rule name or a key template such as '{{user}}'")
+        keys = frozenset(_strings(values, f"exempt_keys[{name!r}]"))
+        if "{" in name or "}" in name:
+            template = KeyTemplate.parse(name)
+            if not template.needs:
+                raise ConfigurationError(f"exempt_keys: the template {name!r} reads no request part")
+            parts.append((template, keys))
+        else:
+            by_rule[name] = keys
+    return by_rule, tuple(parts)
+
+
+def _custom_denial(
+    deny_response: DenyResponse, denied: Sequence[Decision]
+) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """What ``deny_response`` answered, as a status, str header pairs and a body; None
+    (logged) when that is not a response a server could send: the request is still
+    refused, with the standard 429, rather than turned into an error page."""
+    try:
+        status, extra, body = deny_response(denied)
+        if type(status) is not int or not 100 <= status <= 599:
+            raise ValueError(f"the status must be an int from 100 to 599, got {status!r}")
+        headers = [(_header_text(name, "name"), _header_text(value, "value")) for name, value in extra]
+        for name, _ in headers:
+            if not name or not _HEADER_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a header name")
+        if isinstance(body, str):
+            body = body.encode()
+        if not isinstance(body, bytes | bytearray):
+            raise ValueError(f"the body must be bytes or str, got {type(body).__name__}")
+    except Exception:
+        log.exception("ratekeeper: deny_response did not answer (status, [(name, value), ...], body); sent the 429")
+        return None
+    return status, headers, bytes(body)
+
+
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def _header_text(value: object, what: str) -> str:
+    """A header name or value as the str every integration sends (bytes as latin-1)."""
+    if isinstance(value, bytes | bytearray):
+        text = bytes(value).decode("latin-1")
+    elif isinstance(value, str):
+        text = value
+    else:
+        raise ValueError(f"a header {what} must be str or bytes, got {type(value).__name__}")
+    if any((ch < " " and ch != "\t") or ch == "\x7f" for ch in text):
+        raise ValueError(f"the header {what} {text!r:.80} holds a control character (a line break, NUL, ...)")
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"the header {what} {text!r:.80} is not latin-1 text") from exc
+    return text
 
 
 def _strings(values: Iterable[str] | str, what: str) -> list[str]:
