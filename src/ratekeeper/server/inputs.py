@@ -8,6 +8,7 @@ schemas ``/openapi.json`` publishes) and returns plain values, or raises ``BadIn
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,13 +72,33 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BadInput(400, f"the request body is not UTF-8 (byte {exc.start})", "a JSON object in UTF-8") from None
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise BadInput(
             400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "a JSON object"
         ) from None
     except (ValueError, RecursionError) as exc:
         raise BadInput(400, f"malformed JSON: {exc}", "a JSON object") from None
+    if _SURROGATE_ESCAPE.search(text) is not None:
+        _refuse_lone_surrogates(doc)
+    return doc
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A ``\\uD800``-``\\uDFFF`` escape: the only way a UTF-8 body gives a surrogate."""
+
+
+def _refuse_lone_surrogates(doc: Any) -> None:
+    """The service takes Unicode text (I-JSON, RFC 7493): an escape that makes a lone
+    surrogate is refused here, for every route, since no store can encode one."""
+    try:
+        json.dumps(doc, ensure_ascii=False).encode()
+    except UnicodeEncodeError as exc:
+        raise BadInput(
+            400,
+            f"the body holds a lone surrogate (U+{ord(exc.object[exc.start]):04X}), which is not Unicode text",
+            "JSON whose strings are Unicode text (a surrogate escape only as half of a pair)",
+        ) from None
 
 
 def _rule(name: str, rules: RuleSet) -> HttpRule:

@@ -55,8 +55,9 @@ MAX_CHECKS = 100
 MAX_LEASE_ID = MAX_LEASE_ID_LENGTH
 """The longest ``lease_id`` a refund may name (the limiter's are 32 characters)."""
 
-_NO_NUL = "^[^\\x00]*$"
-"""PostgreSQL's text cannot hold NUL: a lease id is text without it."""
+_LEASE_TEXT = "^[^\\x00]*$"
+"""A lease id is text without NUL, which PostgreSQL's text cannot hold. (No text may hold a
+lone surrogate, which no store can encode: ``inputs.parse_json`` refuses one in any body.)"""
 
 
 def _integer(low: int, high: int, title: str, description: str = "", nullable: bool = False) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def _key(title: str = "key") -> dict[str, Any]:
         "title": title,
         "minLength": 1,
         "maxLength": MAX_KEY_LENGTH,
-        "description": "any Unicode text (no lone surrogate)",
+        "description": "any Unicode text",
     }
 
 
@@ -98,7 +99,7 @@ def _lease(nullable: bool = True) -> dict[str, Any]:
         "title": "lease_id",
         "minLength": 1,
         "maxLength": MAX_LEASE_ID,
-        "pattern": _NO_NUL,
+        "pattern": _LEASE_TEXT,
         "description": "the lease_id of a concurrency rule's decision: the lease to release",
     }
 
@@ -413,7 +414,11 @@ class _Checker:
             raise BadInput(400, f"{where} is {len(value)} characters long", _accepted(schema))
         pattern = schema.get("pattern")
         if pattern is not None and re.search(pattern, value) is None:
-            raise BadInput(400, f"{where} holds a character it may not ({pattern})", _accepted(schema))
+            # Each pattern here is one class of the characters allowed: name the first one outside it.
+            at = next((i for i, c in enumerate(value) if re.fullmatch(pattern, c) is None), 0)
+            raise BadInput(
+                400, f"{where} holds U+{ord(value[at]):04X} at index {at}, which it may not", _accepted(schema)
+            )
 
     def _array(self, schema: Mapping[str, Any], value: list[Any], where: str) -> list[Any]:
         low, high = schema.get("minItems"), schema.get("maxItems")

@@ -36,7 +36,7 @@ from ratekeeper.decision import Decision
 from ratekeeper.errors import ConfigurationError, InvalidRequest, RateKeeperError, StoreError, StoreTimeout
 from ratekeeper.limit import Limit
 from ratekeeper.op import DECIDE, MODES, Op
-from ratekeeper.stores.bounds import op_problem
+from ratekeeper.stores.bounds import op_problem, unencodable_at
 from ratekeeper.stores.options import bool_option, number_option
 
 if TYPE_CHECKING:
@@ -255,6 +255,8 @@ class PlanCache:
                 f"a rule needs a name (1 to {MAX_RULE_NAME} characters) and one of the algorithms "
                 f"{sorted(ALGORITHMS)}, got {spec!r:.200}"
             )
+        if unencodable_at(name) is not None:
+            raise InvalidRequest(f"rule name {name!r:.200} holds a lone surrogate, which no store can encode")
         for item in limits:
             if not (isinstance(item, list) and len(item) == 3 and all(_is_int(v) for v in item[:2])):
                 raise InvalidRequest(f"a limit is [count, period_us, burst | null], got {item!r:.200}")
