@@ -123,8 +123,10 @@ async def refund(app: HttpApp, request: Request) -> Response:
     if lease is not None and c.rule.rule.algorithm != "concurrency":
         raise BadInput(400, f"rule {c.rule.name!r} holds no leases", "lease_id only for a concurrency rule")
     with _audit("refund", request, rule=c.rule.name, key=c.key, cost=c.cost, lease=lease is not None):
-        await app.service.limiter.refund(c.rule.rule, c.key, c.cost, lease_id=lease)
-    return json_response(200, {"rule": c.rule.name, "key": c.key, "refunded": c.cost})
+        # False: nothing was charged to give back, or the lease is not this key's (expired,
+        # released, or another key's): the answer says nothing was refunded.
+        done = await app.service.limiter.refund(c.rule.rule, c.key, c.cost, lease_id=lease)
+    return json_response(200, {"rule": c.rule.name, "key": c.key, "refunded": c.cost if done else 0})
 
 
 async def reset(app: HttpApp, request: Request) -> Response:
