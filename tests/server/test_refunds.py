@@ -3,6 +3,7 @@ back, and a lease can only be released by the key that holds it."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Callable
 
@@ -36,9 +37,10 @@ rules:
 """
     served = serve(rules=[rules], store=store)
     rule = f"{uid}.conc"
-    with httpx.Client(base_url=served.url, timeout=10) as client, httpx.Client(
-        base_url=served.admin_url, timeout=10
-    ) as admin:
+    with (
+        httpx.Client(base_url=served.url, timeout=10) as client,
+        httpx.Client(base_url=served.admin_url, timeout=10) as admin,
+    ):
         held = client.post("/v1/check", json={"rule": rule, "key": "alice"})
         assert 200 == held.status_code
         lease = held.json()["lease_id"]
@@ -72,7 +74,7 @@ rules:
         ids = [client.post("/v1/check", json={"rule": f"{uid}.conc", "key": "k"}).json()["lease_id"] for _ in range(20)]
     assert len(set(ids)) == 20
     # 128 random bits each: no two share a long common prefix or suffix (a counter would)
-    for a, b in zip(ids, ids[1:], strict=False):
+    for a, b in itertools.pairwise(ids):
         assert a[:8] != b[:8] and a[-8:] != b[-8:]
         assert len(a) >= 22
     assert 0 == served.stop()
