@@ -103,7 +103,7 @@ def probing(served: Served) -> Iterator[list[float]]:
 
 def test_health_keeps_answering_while_a_big_rules_file_is_parsed(serve: Callable[..., Served], uid: str) -> None:
     served = serve(rules=[native(uid)])
-    big = native(uid, fillers=3000)  # ~3 s of parsing: long enough to see a stalled loop
+    big = native(uid, fillers=3000)  # ~1.5 s of parsing: long enough to see a stalled loop
     with probing(served) as took:
         wait_until(lambda: len(took) > 10, 10, "the first probes")
         replace(served.rules[0], big)

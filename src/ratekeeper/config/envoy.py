@@ -43,6 +43,7 @@ __all__ = [
     "EnvoyConfig",
     "EnvoyLimit",
     "EnvoyNode",
+    "envoy_of",
     "load_envoy",
     "parse_envoy",
 ]
@@ -186,13 +187,19 @@ def load_envoy(path: str | os.PathLike[str]) -> EnvoyConfig:
 def parse_envoy(text: str, source: str = "<string>") -> EnvoyConfig:
     """The configuration of an Envoy-form document given as text."""
     problems = Problems(source)
-    doc = read_yaml(text, problems)
+    return envoy_of(read_yaml(text, problems), problems)
+
+
+def envoy_of(doc: Any, problems: Problems) -> EnvoyConfig:
+    """The configuration of a document already read by ``read_yaml`` into ``problems``."""
     builder = _Builder(problems)
     if doc is not None or not problems:
         builder.document(doc)
     builder.check_replaces()
     problems.raise_if_any()
-    return EnvoyConfig(builder.domain, tuple(builder.nodes), source, tuple(problems.warnings), _root=builder.root)
+    return EnvoyConfig(
+        builder.domain, tuple(builder.nodes), problems.source, tuple(problems.warnings), _root=builder.root
+    )
 
 
 class _Builder:

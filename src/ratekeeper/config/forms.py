@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 
-from ratekeeper.config.envoy import EnvoyConfig, parse_envoy
+from ratekeeper.config.envoy import EnvoyConfig, envoy_of
 from ratekeeper.config.model import RuleSet
-from ratekeeper.config.native import parse_rules
+from ratekeeper.config.native import rules_of
 from ratekeeper.config.problems import Problems
 from ratekeeper.config.yamlfile import YamlMap, load_file, read_yaml
 
@@ -23,7 +23,12 @@ def is_envoy(text: str) -> bool:
 
 
 def parse_any(text: str, source: str = "<string>") -> RuleSet | EnvoyConfig:
-    return parse_envoy(text, source) if is_envoy(text) else parse_rules(text, source)
+    """Either form of a document given as text, read once (a big file costs one parse)."""
+    problems = Problems(source)
+    doc = read_yaml(text, problems)
+    if isinstance(doc, YamlMap) and "domain" in doc:
+        return envoy_of(doc, problems)
+    return rules_of(doc, problems)
 
 
 def load_any(path: str | os.PathLike[str]) -> RuleSet | EnvoyConfig:

@@ -38,6 +38,7 @@ __all__ = [
     "RULE_FIELDS",
     "load_rules",
     "parse_rules",
+    "rules_of",
 ]
 
 TOP_FIELDS = ("rules", "version")
@@ -60,12 +61,16 @@ def load_rules(path: str | os.PathLike[str]) -> RuleSet:
 def parse_rules(text: str, source: str = "<string>") -> RuleSet:
     """The rules of a native-form document given as text (``source`` names it in messages)."""
     problems = Problems(source)
-    doc = read_yaml(text, problems)
+    return rules_of(read_yaml(text, problems), problems)
+
+
+def rules_of(doc: Any, problems: Problems) -> RuleSet:
+    """The rules of a document already read by ``read_yaml`` into ``problems``."""
     rules: list[HttpRule] = []
     if doc is not None or not problems:  # after a syntax error there is nothing to check
         rules = _document(doc, problems)
     problems.raise_if_any()
-    return RuleSet(tuple(rules), source=source, warnings=tuple(problems.warnings))
+    return RuleSet(tuple(rules), source=problems.source, warnings=tuple(problems.warnings))
 
 
 def _document(doc: Any, problems: Problems) -> list[HttpRule]:
