@@ -22,7 +22,7 @@ STORES = [
 def rules_for(uid: str) -> list[str]:
     native = f"""
 rules:
-  - name: {uid}.partner
+  - name: {uid}.partner_api
     limits: ["1/3s"]
     algorithm: gcra
 """
@@ -45,14 +45,14 @@ def test_ten_concurrent_checks_at_1_per_3s_admit_exactly_one(
         store = f"{POSTGRES_URL}?schema={schema}"
     served = serve(rules=rules_for(uid), store=store)
 
-    bodies = [{"rule": f"{uid}.partner", "key": "alice", "cost": 1}] * 10
+    bodies = [{"rule": f"{uid}.partner_api", "key": "alice", "cost": 1}] * 10
     http = asyncio.run(many_http(served.url, "/v1/check", bodies))
     assert [200] == [r.status_code for r in http if r.status_code == 200]
     assert 9 == sum(r.status_code == 429 for r in http)
     refused = next(r for r in http if r.status_code == 429)
     assert refused.json()["allowed"] is False
     assert 1 <= int(refused.headers["Retry-After"]) <= 3
-    assert f'"{uid}.partner";q=1;w=3' == refused.headers["RateLimit-Policy"]
+    assert f'"{uid}.partner_api";q=1;w=3' == refused.headers["RateLimit-Policy"]
 
     requests = [envoy_request(uid, [descriptor(("partner", "alice"))])] * 10
     grpc_answers = asyncio.run(many_grpc(served.grpc_target, requests))
@@ -64,7 +64,7 @@ def test_ten_concurrent_checks_at_1_per_3s_admit_exactly_one(
     assert 0 == admitted.statuses[0].limit_remaining
 
     # another key is a bucket of its own, on both transports
-    other = asyncio.run(many_http(served.url, "/v1/check", [{"rule": f"{uid}.partner", "key": "bob"}]))
+    other = asyncio.run(many_http(served.url, "/v1/check", [{"rule": f"{uid}.partner_api", "key": "bob"}]))
     assert 200 == other[0].status_code
     assert served.stop() == 0
 
