@@ -48,9 +48,9 @@ class Model:
             skey = wire.storage_key("", plan, key)
             state = self.states.get(skey)
             if mode == wire.REFUND:
-                # whether it gave anything back: a state to give a cost to; a lease this key held
+                # False for a release of a lease this key did not hold, else True
                 if state is None:
-                    out.append(False)
+                    out.append(not plan.leases)
                     continue
                 new = plan.algorithm.refund(plan, state, now, cost, lease)
                 _, check = plan.decide(new, now, 0, None, None)

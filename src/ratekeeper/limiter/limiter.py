@@ -201,9 +201,9 @@ class Limiter:
     def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
         """Give back ``cost`` charged earlier (the actual cost was lower than estimated).
 
-        Returns whether anything was given back: False when the key is not limited, has
-        nothing charged, names a lease it does not hold (expired, released, another key's),
-        or the store failed under a failure policy that does not raise.
+        Returns whether it was given back: False when the key is not limited, names a lease
+        it does not hold (expired, released, another key's), or the store failed under a
+        failure policy that does not raise.
         """
         op = refund_op(rule, key, cost, lease_id)
         if op is None:

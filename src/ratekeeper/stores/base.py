@@ -1,8 +1,8 @@
 """The ``Store`` role: what the limiters ask of a store.
 
 Every request is an ``Op`` (``ratekeeper.op``): ``decide`` takes a DECIDE or PEEK op,
-``refund`` a REFUND op (and says whether it gave anything back: the lease it names was
-held under that rule and key, or, for a cost, the key had a state to give it back to),
+``refund`` a REFUND op (False for the release of a lease that rule and key did not hold:
+expired, released, another key's; True otherwise),
 ``decide_many`` a list of DECIDE ops charged all or nothing.
 ``now`` (µs on the store's clock) is for tests and the conformance suite; None means the
 store's own clock.

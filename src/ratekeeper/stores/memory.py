@@ -10,19 +10,31 @@ keys, so a flood of unique keys never holds more than ``max_keys`` per rule.
 
 Idle keys expire without a sweeper thread and without a per-key timer. Every rule has a
 horizon: the time after which any state it writes is whole again (its longest period,
-or the time a bucket takes to refill). Each generation remembers its last write; once a
-second, on some call, every generation last written more than a horizon ago is dropped
-(all its keys are whole), and an empty old generation takes the young keys, so keys in
-use move back to the young one as they are written and idle ones age out. Reservations
-made by ``acquire`` reach further than the horizon; a stripe holding one drops nothing
-until it passes. A refund or release that leaves a key whole deletes it at once.
+or the time a bucket takes to refill). Each generation remembers its last write; when a
+table is swept, every generation last written more than a horizon ago is dropped (all
+its keys are whole), and an empty old generation takes the young keys, so keys in use
+move back to the young one as they are written and idle ones age out. Reservations made
+by ``acquire`` reach further than the horizon; a stripe holding one drops nothing until
+it passes. A refund or release that leaves a key whole deletes it at once.
+
+The sweep runs on some call, on the caller's thread, and visits at most
+``SWEEP_TABLES`` tables per call, in turn (a table swept goes to the back of the line):
+a caller never pays for a walk of every table, however many rules there are. With few
+tables each is swept about once a second; with more, slices come more often (at most
+one per ``SWEEP_GAP_US``) and a round takes longer. A table whose keys have all expired
+is dropped, and ``forget`` drops a rule's tables at once (an Envoy override rule evicted
+from its bounded cache): the tables a rule leaves behind do not outlive it. A call that
+raced with the drop of its table sees the table marked dead once it holds the stripe's
+lock and starts again on a fresh table, so no write lands in a dropped table unseen.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.clock import Clock, SystemClock
@@ -39,10 +51,15 @@ __all__ = ["MemoryStore"]
 _MISSING: Any = object()
 _monotonic_ns = time.monotonic_ns
 SWEEP_EVERY_US = 1_000_000
+"""How often each table is swept while there are at most ``SWEEP_TABLES`` of them."""
+SWEEP_TABLES = 8
+"""The most tables one sweep visits: the bound on what a sweep costs its caller."""
+SWEEP_GAP_US = 10_000
+"""The least time between two sweeps, however many tables wait for one."""
 
 
 class _Stripe:
-    __slots__ = ("capacity", "evicted", "hold", "lock", "old", "old_last", "young", "young_last")
+    __slots__ = ("capacity", "dead", "evicted", "hold", "lock", "old", "old_last", "young", "young_last")
 
     def __init__(self, capacity: int) -> None:
         self.lock = threading.Lock()
@@ -53,6 +70,7 @@ class _Stripe:
         self.old_last = 0
         self.hold = 0  # the end of the latest reservation made in this stripe
         self.evicted = 0
+        self.dead = False  # its table was dropped: a caller holding the lock must start again
 
     def load(self, key: str) -> tuple[Any, bool]:
         """The key's state (None when absent) and whether it sits in the old generation."""
@@ -96,6 +114,9 @@ class _Stripe:
         self.old_last = self.young_last
         self.young = {}
 
+    def empty(self) -> bool:
+        return not self.young and not self.old
+
 
 class _Table:
     """The keys of one rule whose states read alike (``Plan.table``)."""
@@ -115,6 +136,37 @@ class _Table:
         self.plan = plan
         if plan.horizon > self.horizon:
             self.horizon = plan.horizon
+
+    def expire(self, now: int) -> bool:
+        """Let every stripe drop what is whole; whether the table is now empty."""
+        empty = True
+        for stripe in self.stripes:
+            with stripe.lock:
+                stripe.expire(now, self.horizon)
+                empty = empty and stripe.empty()
+        return empty
+
+    def drop_if_empty(self, unlink: Callable[[_Table], None]) -> bool:
+        """When every stripe is empty: mark them dead and ``unlink`` the table from the
+        store, holding all their locks, so a caller waiting on one sees it dead and never
+        finds the table again. False (nothing done) when a stripe is busy or holds a key.
+        Never waits for a stripe's lock: a busy table is not idle, and waiting could
+        deadlock with ``decide_many``, which holds several."""
+        held: list[threading.Lock] = []
+        try:
+            for stripe in self.stripes:
+                if not stripe.lock.acquire(blocking=False):
+                    return False
+                held.append(stripe.lock)
+                if not stripe.empty():
+                    return False
+            for stripe in self.stripes:
+                stripe.dead = True
+            unlink(self)
+            return True
+        finally:
+            for lock in held:
+                lock.release()
 
 
 class MemoryStore:
@@ -138,9 +190,14 @@ class MemoryStore:
         self.clock: Clock = clock or SystemClock()
         self._now: Callable[[], int] = self.clock.now_us
         self._system_clock = type(self.clock) is SystemClock  # read inline on the hot path
-        self._tables: dict[str, _Table] = {}
+        # In sweep order: a table swept moves to the end (``move_to_end``).
+        self._tables: OrderedDict[str, _Table] = OrderedDict()
         self._tables_lock = threading.Lock()
         self._next_sweep = self._now() + SWEEP_EVERY_US
+        self.swept_tables = 0
+        """Tables visited by the sweep so far (each sweep adds at most ``SWEEP_TABLES``)."""
+        self.dropped_tables = 0
+        """Tables dropped so far: empty ones by the sweep, and those ``forget`` dropped."""
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -158,6 +215,15 @@ class MemoryStore:
     def _stripe(self, plan: Plan, key: str) -> _Stripe:
         table = self._table(plan)
         return table.stripes[hash(key) & table.mask]
+
+    def _locked_stripe(self, plan: Plan, key: str) -> _Stripe:
+        """The key's stripe, its lock held, in a table still in the store."""
+        while True:
+            stripe = self._stripe(plan, key)
+            stripe.lock.acquire()
+            if not stripe.dead:
+                return stripe
+            stripe.lock.release()
 
     # -- the Store role -----------------------------------------------------------------
 
@@ -188,6 +254,9 @@ class MemoryStore:
         stripe = table.stripes[hash(key) & table.mask]
         lock = stripe.lock
         lock.acquire()
+        if stripe.dead:  # its table was dropped after we found it: decide on a fresh one
+            lock.release()
+            return self.decide_fields(mode, plan, key, cost, max_wait, lease_id, now)
         try:
             if now is None:
                 now = _monotonic_ns() // 1000 if self._system_clock else self._now()
@@ -214,12 +283,47 @@ class MemoryStore:
         return decision
 
     def _sweep(self, now: int) -> None:
-        """At most once a second: let every stripe of every rule drop what is whole."""
-        self._next_sweep = now + SWEEP_EVERY_US
-        for table in self._snapshot():
-            for stripe in table.stripes:
-                with stripe.lock:
-                    stripe.expire(now, table.horizon)
+        """Sweep the next ``SWEEP_TABLES`` tables in turn; drop those left empty."""
+        with self._tables_lock:
+            tables = self._tables
+            count = len(tables)
+            names = list(islice(tables, SWEEP_TABLES))
+            for name in names:
+                tables.move_to_end(name)
+            visit = [tables[name] for name in names]
+        # Each table about once a second when a round takes one slice; more slices (never
+        # closer than SWEEP_GAP_US) when there are more tables.
+        every = SWEEP_EVERY_US if count <= SWEEP_TABLES else SWEEP_EVERY_US * SWEEP_TABLES // count
+        self._next_sweep = now + max(every, SWEEP_GAP_US)
+        self.swept_tables += len(visit)
+        for table in visit:
+            if table.expire(now):
+                table.drop_if_empty(self._unlink)
+
+    def _unlink(self, table: _Table) -> None:
+        """Take ``table`` out of the store. Called holding its stripes' locks: the table
+        lock is only ever taken after those, never before."""
+        with self._tables_lock:
+            if self._tables.get(table.plan.table) is table:
+                del self._tables[table.plan.table]
+                self.dropped_tables += 1
+
+    def forget(self, plan: Plan) -> bool:
+        """Drop the table ``plan`` writes to, with every key in it: its rule is gone (e.g. an
+        Envoy override rule evicted from its bounded cache). Whether there was one. A call
+        deciding on it at that moment may still write there; that write is dropped too."""
+        with self._tables_lock:
+            table = self._tables.pop(plan.table, None)
+            if table is None:
+                return False
+            self.dropped_tables += 1
+        for stripe in table.stripes:
+            stripe.dead = True
+        return True
+
+    def table_count(self) -> int:
+        """Tables held: one per rule (per quota tier's scale) with state, or not yet swept."""
+        return len(self._tables)
 
     def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
         for op in ops:
@@ -228,6 +332,10 @@ class MemoryStore:
         ordered = sorted({id(s): s for s in stripes}.values(), key=id)
         for s in ordered:
             s.lock.acquire()
+        if any(s.dead for s in ordered):  # a table was dropped after we found it
+            for s in reversed(ordered):
+                s.lock.release()
+            return self.decide_many(ops, now)
         try:
             if now is None:
                 now = self._now()
@@ -255,17 +363,17 @@ class MemoryStore:
         return tuple(decisions)
 
     def refund(self, op: Op, now: int | None = None) -> bool:
-        """Give ``op``'s cost back, or release its lease; whether it gave anything back (the
-        lease was held under this rule and key; a cost: the key had a state)."""
+        """Give ``op``'s cost back, or release its lease; False for a lease this rule and key
+        did not hold (the stores' ``refund`` result), else True."""
         check_op(op, now)
         _, plan, key, cost, _, lease_id = op
-        stripe = self._stripe(plan, key)
-        with stripe.lock:
+        stripe = self._locked_stripe(plan, key)
+        try:
             if now is None:
                 now = self._now()
             state, _ = stripe.load(key)
             if state is None:
-                return False
+                return not plan.leases
             held = True
             if plan.leases:  # a live lease of this key by that id (never another key's)
                 _, before = plan.decide(state, now, 0, None, None)
@@ -278,13 +386,17 @@ class MemoryStore:
                 stripe.old.pop(key, None)
             else:
                 stripe.store(key, new, now)
+        finally:
+            stripe.lock.release()
         return held
 
     def reset(self, plan: Plan, key: str) -> None:
-        stripe = self._stripe(plan, key)
-        with stripe.lock:
+        stripe = self._locked_stripe(plan, key)
+        try:
             stripe.young.pop(key, None)
             stripe.old.pop(key, None)
+        finally:
+            stripe.lock.release()
 
     def close(self) -> None:
         self._tables.clear()

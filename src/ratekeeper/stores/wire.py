@@ -27,8 +27,8 @@ Reply: a flat list of integers (Python ints: both clients hand them over as such
     allowed (1 / 0), denied_index (-1 when allowed), retry_us (-1 = never), delay_us,
     remaining_1 .. remaining_n, reset_1 .. reset_n
 
-and per "r" op one integer: 1 when it gave something back (the lease it names was held
-under that rule and key; a cost: the key had a state to give it back to), else 0. Ops of
+and per "r" op one integer: 1, but 0 for a release of a lease that key did not hold
+(expired, released, another key's or another rule's). Ops of
 one call that name the same key see each other's effects in order, exactly as if they
 ran one after another.
 

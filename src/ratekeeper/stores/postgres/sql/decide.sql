@@ -11,8 +11,8 @@
 --           algorithm, n_limits, n_limits x spec fields, cost, max_wait ("" = none),
 --           lease ("" = none)
 --   returns the flat reply: per "d" / "p" op allowed, denied_index, retry_us, delay_us,
---           remaining_1..n, reset_1..n; per "r" op 1 when it gave something back (the
---           lease it names was held under this key; a cost: the key had a state), else 0
+--           remaining_1..n, reset_1..n; per "r" op 1, but 0 for a release of a lease this
+--           key did not hold (expired, released, another key's or rule's)
 --
 -- How it stays exact and never deadlocks: every row the call touches is locked first, in
 -- one global order (the keys sorted bytewise), inside this one statement; a missing row is
@@ -189,8 +189,8 @@ BEGIN
         new_leases := res.new_leases;
         reply := res.reply;
         IF mode = 'r' THEN
-            -- the algorithm says whether a lease was held; a cost goes back to a state that exists
-            out := out || coalesce(reply, ARRAY[CASE WHEN s.state IS NULL AND s.leases IS NULL THEN 0 ELSE 1 END]::bigint[]);
+            -- the algorithm says whether a lease was held; a cost refund says 1
+            out := out || coalesce(reply, ARRAY[1]::bigint[]);
             -- As MemoryStore.refund: a state that is whole again is deleted.
             IF algo = 'sliding_window_log' THEN
                 chk := @schema@.@table@_sliding_window_log(keys[k], new_state, new_leases, now_us, spec, 0, false);

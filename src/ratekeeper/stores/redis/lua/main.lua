@@ -13,8 +13,8 @@
 --   for "D": cost, max_wait ("" = none), lease id ("" = none)
 --
 -- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
--- remaining x n, reset x n; per "r" op 1 when it gave something back (the lease it names
--- was held under this key; a cost: the key had a state), else 0.
+-- remaining x n, reset x n; per "r" op 1, but 0 for a release of a lease this key did
+-- not hold (expired, released, another key's or rule's).
 --
 -- An algorithm (ALGORITHMS[name], one file each) has
 --   arity       its spec fields per limit; specs reach it flat: limit i's field j is
@@ -197,7 +197,7 @@ local function rk_dispatch(KEYS, ARGV)
         -- a state read and written in place (the sliding log): it changes as it decides
         if mode == "r" then
           no = no + 1
-          out[no] = state.n > state.start and 1 or 0
+          out[no] = 1
           algo.refund(specs, n, state, now, cost, lease)
         else
           local _, allowed = algo.decide(specs, n, state, now, cost, max_wait, lease, out, no, mode ~= "d")
@@ -208,7 +208,7 @@ local function rk_dispatch(KEYS, ARGV)
         end
       elseif mode == "r" then
         no = no + 1
-        out[no] = 0
+        out[no] = algo.msgpack and 0 or 1 -- a release finds no lease in no state
         if state ~= nil then -- a state the refund leaves whole is forgotten (as MemoryStore.refund)
           local new, held = algo.refund(specs, n, state, now, cost, lease)
           if held ~= false then
