@@ -46,8 +46,12 @@ def serve(app: Any, *, lifespan: str = "on") -> Iterator[str]:
     deadline = time.monotonic() + START_TIMEOUT
     while not server.started:
         if errors or not thread.is_alive():
+            sock.close()
             raise RuntimeError(f"uvicorn did not start: {errors!r}")
         if time.monotonic() > deadline:
+            server.should_exit = True
+            thread.join(START_TIMEOUT)
+            sock.close()
             raise RuntimeError("uvicorn did not start within 10 s")
         time.sleep(0.01)
     try:
