@@ -51,11 +51,12 @@ def _appended(mode: str, address: str) -> tuple[bytes, bytes]:
 class ForwardingProxy:
     """The ASGI app of the proxy (see the module docstring)."""
 
-    def __init__(self, backend: str, mode: str) -> None:
+    def __init__(self, backend: str, mode: str, source: str | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.backend = backend
         self.mode = mode
+        self.source = source
         self.http: httpx.AsyncClient | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -63,7 +64,8 @@ class ForwardingProxy:
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
-                    self.http = httpx.AsyncClient(base_url=self.backend, timeout=20.0)
+                    transport = None if self.source is None else httpx.AsyncHTTPTransport(local_address=self.source)
+                    self.http = httpx.AsyncClient(base_url=self.backend, timeout=20.0, transport=transport)
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
                     if self.http is not None:
@@ -96,9 +98,11 @@ class ForwardingProxy:
 
 
 @contextmanager
-def proxy(backend: str, mode: str = "x-forwarded-for") -> Iterator[str]:
-    """A proxy to ``backend`` listening on 127.0.0.1; yields its base URL."""
-    with serve(ForwardingProxy(backend, mode)) as url:
+def proxy(backend: str, mode: str = "x-forwarded-for", source: str | None = None) -> Iterator[str]:
+    """A proxy to ``backend`` listening on 127.0.0.1; yields its base URL. It connects to
+    the backend from ``source`` (a loopback address; default 127.0.0.1), the address the
+    app sees it at."""
+    with serve(ForwardingProxy(backend, mode, source)) as url:
         yield url
 
 

@@ -71,9 +71,7 @@ def test_an_exempt_key_applies_to_its_own_rule_only(kind: str, rule_name: str) -
     app = make(kind, [per_ip, per_tenant], trusted_proxies=["127.0.0.1"], exempt_keys=exempt_keys)
     with serve(app) as base:
         monitor = get_all(base, "/ip", [{"X-Forwarded-For": MONITOR, "X-Tenant": t} for t in ("t1", "t2", "t3")])
-        spoof = get_all(
-            base, "/ip", [{"X-Forwarded-For": f"198.51.100.{i}", "X-Tenant": MONITOR} for i in (1, 2)]
-        )
+        spoof = get_all(base, "/ip", [{"X-Forwarded-For": f"198.51.100.{i}", "X-Tenant": MONITOR} for i in (1, 2)])
         probe = get_all(base, "/ip", [{"X-Forwarded-For": "198.51.100.9", "X-Probe": "probe-secret"}] * 3)
     assert [200, 200, 200] == [r.status_code for r in monitor]
     assert [200, 429] == [r.status_code for r in spoof]

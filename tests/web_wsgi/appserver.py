@@ -92,6 +92,7 @@ class AppServer:
                 str(TESTS_DIR),
                 "--lifespan",
                 "off",
+                "--no-proxy-headers",  # the middleware reads the forwarding headers, not uvicorn
                 "--no-access-log",
                 *(["--workers", str(self.workers)] if self.workers > 1 else []),
                 self.target,

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["OPTIONS", "assert_denied", "assert_limited_headers", "burst", "common_rules"]
+__all__ = ["HOSTILE", "MONITOR", "OPTIONS", "assert_denied", "assert_limited_headers", "burst", "common_rules"]
 
 
 OPTIONS: dict[str, Any] = {
@@ -17,6 +17,28 @@ OPTIONS: dict[str, Any] = {
     "trusted_proxies": ["127.0.0.1"],
 }
 """Middleware options every test server gets."""
+
+MONITOR = "203.0.113.50"
+"""The monitoring address the ``ip`` rule of ``HOSTILE`` exempts."""
+
+HOSTILE: dict[str, Any] = {
+    "store": "memory://",
+    "rules": [
+        {"name": "long", "path": "/header", "key": "{header.authorization}", "limits": ["2/minute"]},
+        {"name": "cost", "path": "/items/{user}", "key": "{path.user}", "cost": "{header.x-cost}"}
+        | {"limits": ["3/minute"]},
+        {"name": "ip", "path": "/ip", "key": "{client_ip}", "limits": ["1/minute"]},
+        {"name": "tenant", "path": "/ip", "key": "{header.x-tenant}", "limits": ["1/minute"]},
+    ],
+    "options": {
+        # Every loopback address is a proxy here: the tests' proxies each connect from one of their own.
+        "trusted_proxies": ["127.0.0.0/8"],
+        "forwarded_header": "forwarded",
+        "exempt_keys": {"ip": [MONITOR], "{header.x-probe}": ["probe-secret"]},
+        "deny_response": "bytes",
+    },
+}
+"""The configuration of ``hostile_server``: rules keyed by what a client controls."""
 
 KEY = "{path.user}"
 PARTNER = ["1/3s"]

@@ -3,19 +3,21 @@
 ``RK_WEB_CONFIG`` holds ``{"store": URL, "rules": [...], "options": {...}}``. Each rule is
 a small dict (``name``, ``limits``, optional ``path``, ``methods``, ``key``, ``algorithm``,
 ``cost``) built here into the ``HttpRule`` the rules file would give, so the apps do not
-depend on the YAML loader; ``options`` go to the middleware as keywords.
+depend on the YAML loader; ``options`` go to the middleware as keywords, except that
+``deny_response`` names one of ``DENY_RESPONSES`` (JSON carries no functions).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
 
-__all__ = ["http_rule", "load", "metrics", "middleware_kwargs"]
+__all__ = ["DENY_RESPONSES", "http_rule", "load", "metrics", "middleware_kwargs"]
 
 
 def http_rule(spec: dict[str, Any]) -> HttpRule:
@@ -52,6 +54,14 @@ def metrics() -> Any:
     return _metrics
 
 
+def bytes_denial(denied: Sequence[Any]) -> tuple[int, list[tuple[Any, Any]], bytes]:
+    """A ``deny_response`` answering its headers as bytes (a 500 before they were accepted)."""
+    return 429, [(b"X-Denied-By", denied[0].rule.encode()), ("Retry-After", b"7")], b"slow down"
+
+
+DENY_RESPONSES = {"bytes": bytes_denial}
+
+
 def middleware_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     """``rules=``, ``store=`` and the other options, as the middleware takes them;
     ``"metrics": true`` gives it this process's ``metrics()``."""
@@ -59,6 +69,8 @@ def middleware_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(rules, str):  # a path is passed through: the middleware loads the file
         rules = [http_rule(r) for r in rules]
     kwargs = {"rules": rules, "store": config.get("store", "memory://"), **config.get("options", {})}
+    if "deny_response" in kwargs:
+        kwargs["deny_response"] = DENY_RESPONSES[kwargs["deny_response"]]
     if config.get("metrics"):
         kwargs["metrics"] = metrics()
     return kwargs

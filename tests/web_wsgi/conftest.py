@@ -2,7 +2,9 @@
 
 ``server`` is parametrised over the three ways the middleware is served (Flask under
 gunicorn, Django under gunicorn's sync worker, Django under uvicorn), each started once
-per session on the memory store with ``checks.common_rules()``.
+per session on the memory store with ``checks.common_rules()``. ``hostile_server`` runs
+those and a bare WSGI app with ``checks.HOSTILE``: behind proxies that set ``Forwarded``,
+with the rules the hostile-input tests aim at.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from web_wsgi.appserver import AppServer
-from web_wsgi.checks import OPTIONS, common_rules
+from web_wsgi.checks import HOSTILE, OPTIONS, common_rules
 
 TARGETS = {
     "flask": ("gunicorn", "web_wsgi.flask_app:app"),
@@ -27,5 +29,17 @@ def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     kind, target = TARGETS[request.param]
     config = {"store": "memory://", "rules": common_rules(), "options": OPTIONS, "metrics": True}
     app = AppServer(target, config, tmp_path_factory.mktemp(request.param), kind=kind, name=request.param)
+    with app:
+        yield app
+
+
+HOSTILE_TARGETS = {**TARGETS, "raw-wsgi": ("gunicorn", "web_wsgi.raw_wsgi:app")}
+
+
+@pytest.fixture(scope="session", params=list(HOSTILE_TARGETS))
+def hostile_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """One server with ``checks.HOSTILE``; ``hostile_server.name`` says which target it is."""
+    kind, target = HOSTILE_TARGETS[request.param]
+    app = AppServer(target, HOSTILE, tmp_path_factory.mktemp(f"hostile-{request.param}"), kind=kind, name=request.param)
     with app:
         yield app
