@@ -13,13 +13,17 @@ Request (JSON)::
      "ops": [[mode, rule_index, key, cost, max_wait | null, lease_id | null], ...]}
 
 ``mode`` is an ``Op`` mode ("d", "p", "r") or "x" (reset). Reply: ``{"results": [...]}``,
-one per op, in order: ``null`` for a refund or reset, ``{"error": message, "timeout":
-bool}`` when the service's store failed that op, else the decision::
+one per op, in order: ``null`` for a reset, ``true``/``false`` for a refund (whether it
+gave anything back), ``{"error": message, "timeout": bool}`` when the service's store
+failed that op, else the decision::
 
     [allowed, denied_index, retry_us, delay_us, [remaining...], [reset_us...], lease_id | null]
 
-A request the service refuses (malformed, a rule it cannot build) is a 4xx problem; a
-store that failed the whole call is a 503 problem: both become ``StoreError`` here.
+A request the service refuses (malformed, a field past the stores' bounds, a rule it
+cannot build) is a 4xx problem; a store that failed the whole call is a 503 problem:
+both become ``StoreError`` here. The client sends ``Authorization: Bearer <secret>``
+when it has a secret (``token_file``, else ``RATEKEEPER_SERVICE_TOKEN``); the service
+keeps the rules it is sent in the namespace of that token (``PlanCache``).
 """
 
 from __future__ import annotations
