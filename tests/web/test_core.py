@@ -216,3 +216,69 @@ def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
 def test_rules_given_as_bare_rules_apply_to_every_request_with_one_key() -> None:
     c = core([Rule("global", "2/minute")])
     assert [200, 200, 429] == statuses(c, [get("/a"), get("/b", peer="192.0.2.9"), get("/c")])
+
+
+def test_exempt_keys_name_what_they_exempt_from() -> None:
+    """A rule's exempt key leaves only that rule out; a template exempts the request;
+    the old bare list (compared with every rule's key) is refused with the form to use."""
+    by_key = http_rule("k", "1/minute", key="{header.x-key}")
+    by_tenant = http_rule("t", "1/minute", key="{header.x-tenant}")
+    c = core([by_key, by_tenant], exempt_keys={"k": ["admin"], "{query.probe}": "secret"})
+    admin = get(headers={"x-key": "admin", "x-tenant": "a"})
+    verdicts = [c.check_sync(admin) for _ in range(2)]
+    assert [True, False] == [v.allowed for v in verdicts]  # "t" still limits the admin key
+    assert ["t"] == [d.rule for d in verdicts[0].decisions]
+    sneaky = get(headers={"x-key": "u", "x-tenant": "admin"})
+    assert [200, 429] == statuses(c, [sneaky, sneaky])
+    probe = get(headers={"x-key": "u", "x-tenant": "u"}, query_string="probe=secret")
+    assert all(c.check_sync(probe).exempt for _ in range(3))
+    only = core([by_key], exempt_keys={"k": "admin"})
+    assert only.check_sync(get(headers={"x-key": "admin"})).exempt  # every matching rule exempted
+    with pytest.raises(ConfigurationError, match="exempt_keys must say what each key is exempt from"):
+        core([by_key], exempt_keys=["admin"])
+    with pytest.raises(ConfigurationError, match="unknown request part"):
+        core([by_key], exempt_keys={"{nope}": ["x"]})
+    assert core([by_key], exempt_keys=[]).exempt_keys == {}
+
+
+def test_costs_are_ascii_digits_and_capped() -> None:
+    rule = http_rule("c", "10/minute", cost="{header.x-cost}")
+    c = core([rule])
+    for text in ("\xb2", "\u0663", "1e3", "-1", " "):
+        verdict = c.check_sync(get(headers={"x-cost": text}))
+        assert verdict.charges[0].cost == 1, text  # MISSING_COST
+    huge = c.check_sync(get(headers={"x-cost": "9" * 18}))
+    assert not huge.allowed and huge.status == 429  # beyond every limit: refused, not an error
+
+
+def test_a_deny_response_is_checked_and_a_bad_one_falls_back_to_the_429(caplog: pytest.LogCaptureFixture) -> None:
+    rule = http_rule("d", "1/minute")
+    good = core([rule], deny_response=lambda denied: (503, [(b"X-A", b"1"), ("X-B", "2")], "busy"))
+    good.check_sync(get())
+    verdict = good.check_sync(get())
+    assert (503, b"busy") == (verdict.status, verdict.body)
+    assert ("X-A", "1") in verdict.headers and ("X-B", "2") in verdict.headers
+    answers: list[Any] = [
+        (429, [("X-A", "1\r\nSet-Cookie: a=b")], b""),
+        (429, [("Bad Name", "1")], b""),
+        (42, [], b""),
+        (429, [("X-A", 1)], b""),
+        (429, [], 7),
+        "not a tuple",
+    ]
+    for answer in answers:
+        bad = core([http_rule("d", "1/minute")], deny_response=lambda denied, a=answer: a)
+        bad.check_sync(get())
+        verdict = bad.check_sync(get())
+        assert 429 == verdict.status and ("Content-Type", "application/problem+json") in verdict.headers, answer
+    assert "deny_response did not answer" in caplog.text
+
+
+def test_a_key_over_512_characters_is_bounded() -> None:
+    rule = http_rule("b", "1/minute", key="{header.x-key}")
+    c = core([rule])
+    verdict = c.check_sync(get(headers={"x-key": "k" * 5000}))
+    assert verdict.allowed and len(verdict.charges[0].key) == 512
+    assert not c.check_sync(get(headers={"x-key": "k" * 5000})).allowed
+    by_callable = core([http_rule("b2", "1/minute")], key=lambda view, r: "c" * 900)
+    assert len(by_callable.check_sync(get()).charges[0].key) == 512

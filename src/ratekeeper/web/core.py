@@ -605,10 +605,7 @@ def _exempt_keys(
             raise ConfigurationError(f"exempt_keys: {name!r} is not a rule name or a key template such as '{{user}}'")
         keys = frozenset(_strings(values, f"exempt_keys[{name!r}]"))
         if "{" in name or "}" in name:
-            template = KeyTemplate.parse(name)
-            if not template.needs:
-                raise ConfigurationError(f"exempt_keys: the template {name!r} reads no request part")
-            parts.append((template, keys))
+            parts.append((KeyTemplate.parse(name), keys))
         else:
             by_rule[name] = keys
     return by_rule, tuple(parts)
