@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import hashlib
 
-from ratekeeper.rule import MAX_KEY_LENGTH
+__all__ = ["DIGEST_MARK", "MAX_KEY_LENGTH", "bounded_key"]
 
-__all__ = ["DIGEST_MARK", "bounded_key"]
+MAX_KEY_LENGTH = 512
+"""The longest key (in characters) a call may pass; longer keys are refused (also
+``ratekeeper.rule.MAX_KEY_LENGTH``)."""
 
 DIGEST_MARK = "~sha256:"
 """What separates a bounded key's kept prefix from the digest of the whole key."""

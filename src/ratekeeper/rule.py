@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import ConfigurationError
+from ratekeeper.keys import MAX_KEY_LENGTH
 from ratekeeper.limit import Limit
 
 if TYPE_CHECKING:
@@ -15,8 +16,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_ALGORITHM", "MAX_KEY_LENGTH", "POLICIES", "Rule", "check_policy"]
 
 DEFAULT_ALGORITHM = "gcra"
-MAX_KEY_LENGTH = 512
-"""The longest key (in characters) a call may pass; longer keys are refused."""
 
 POLICIES = ("allow", "deny", "local", "raise")
 """The values of ``on_error`` (a limiter's, or a rule's override; ``ratekeeper.limiter.failure``)."""

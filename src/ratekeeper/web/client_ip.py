@@ -142,7 +142,7 @@ def forwarded_for(values: str) -> list[str] | None:
 
 
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_QUOTED_TEXT = re.compile(r'[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]*')
+_QUOTED_TEXT = re.compile(r"[\t \x21\x23-\x5b\x5d-\x7e\x80-\xff]*")
 
 
 def _skip_ows(text: str, pos: int) -> int:
