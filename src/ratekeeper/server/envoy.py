@@ -28,7 +28,6 @@ Bad requests (no domain, no descriptors, an empty entry key, a hit count over
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +35,9 @@ from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.keys import bounded_key
 from ratekeeper.limit import Limit
-from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.rule import Rule
 from ratekeeper.server.core import Item, decide_together
 from ratekeeper.server.inputs import MAX_COST
 from ratekeeper.server.problems import BadInput
@@ -102,7 +102,7 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
         key = found.key if found is not None else ".".join(f"{k}_{v}" if v else k for k, v in entries[i])
         placed.append(len(items))
         shadow = found is not None and found.shadow
-        items.append(Item(rule, _bounded(key), max(hits, 0), shadow=shadow, peek=hits == 0))
+        items.append(Item(rule, bounded_key(key), max(hits, 0), shadow=shadow, peek=hits == 0))
 
     outcome = await decide_together(service.limiter, items)
     response = Response(overall_code=Response.OK if outcome.allowed else Response.OVER_LIMIT)
@@ -144,13 +144,6 @@ def _describe(status: Any, decision: Decision) -> None:
     if i == decision.denied_index and decision.retry_us != INFINITE:
         us = decision.retry_us
     status.duration_until_reset.FromMicroseconds(max(0, us))
-
-
-def _bounded(key: str) -> str:
-    """The state key, hashed when the descriptor's values make it longer than a key may be."""
-    if len(key) <= MAX_KEY_LENGTH:
-        return key
-    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
 
 
 @lru_cache(maxsize=1024)
