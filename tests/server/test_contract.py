@@ -5,14 +5,19 @@ it is acceptable. The bodies include the disagreements the issue found."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import jsonschema_rs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ratekeeper.server.openapi import openapi_document
+from ratekeeper.server.problems import BadInput
+from ratekeeper.server.schema import _SLOW, _Checker, _fast, request_schemas
 
 from .conftest import Served
 
@@ -105,3 +110,58 @@ def test_what_the_store_schema_cannot_say_its_description_says(serve: Callable[.
     reply = httpx.post(f"{served.admin_url}/v1/store", json=body, timeout=5)
     assert 400 == reply.status_code
     assert "rule_index names one of the call's 1 rules" in reply.json()["detail"]
+
+
+# -- the compiled checks decide as the schema interpreter does -----------------------------
+
+SCHEMAS = request_schemas(["a", "b", "c"], ["c"], explicit_now=True)
+BASES: list[tuple[str, Any]] = [
+    ("Check", {"rule": "a", "key": "k", "cost": 1}),
+    ("Checks", {"checks": [{"rule": "a", "key": "k"}, {"rule": "b", "key": "k", "cost": 0}]}),
+    ("Refund", {"rule": "c", "key": "k", "lease_id": "l"}),
+    ("Reset", {"rule": "a", "key": "k"}),
+    ("StoreCall", {"now": None, "atomic": False, "rules": [["r", "gcra", [[1, 1_000_000, None]]]],
+                   "ops": [["d", 0, "k", 1, None, None], ["r", 0, "k", 1, 5, "l"]]}),
+]  # fmt: skip
+TRICKY = st.one_of(
+    st.sampled_from([2**63, 2**62, 2**62 + 1, 2**50, 2**50 + 1, 2**32, -1, 0, 1.0, 1.5, 1e300, True, None, "",
+                     "k" * 513, "x\x00", "gcra", "d", "a", "c", [], {}, [1, 1_000_000, None]]),
+    st.integers(),
+    st.text(max_size=4),
+)  # fmt: skip
+
+
+def _containers(value: Any) -> list[Any]:
+    found = [value] if isinstance(value, dict | list) else []
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    for child in children:
+        found += _containers(child)
+    return found
+
+
+@settings(max_examples=400, deadline=None)
+@given(data=st.data())
+def test_the_compiled_checks_pass_only_what_the_schema_interpreter_passes(data: st.DataObject) -> None:
+    name, base = data.draw(st.sampled_from(BASES))
+    body = copy.deepcopy(base)
+    for _ in range(data.draw(st.integers(0, 3))):
+        target = data.draw(st.sampled_from(_containers(body)))
+        if isinstance(target, dict):
+            key = data.draw(st.sampled_from([*target, "extra"]))
+            if data.draw(st.booleans()) and key in target:
+                del target[key]
+            else:
+                target[key] = data.draw(TRICKY)
+        elif target and data.draw(st.booleans()):
+            target[data.draw(st.integers(0, len(target) - 1))] = data.draw(TRICKY)
+        else:
+            target.append(data.draw(TRICKY))
+    fast = _fast(SCHEMAS, name)(body)
+    try:
+        slow = _Checker(SCHEMAS).check(SCHEMAS[name], body, "the body")
+    except BadInput:
+        assert fast is _SLOW
+        return
+    assert fast is _SLOW or fast == slow
+    if body == base and name != "Refund":  # the common bodies take the compiled path
+        assert fast is not _SLOW
