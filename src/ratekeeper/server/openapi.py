@@ -214,7 +214,10 @@ def openapi_document(
         "/v1/store": _post(
             "The service as a store for other limiters (Limiter('http://...')): ops decided in order",
             _ref("StoreCall"),
-            {"200": _json(_STORE_RESULTS, "One result per op: a decision, null, or that op's store failure")},
+            {
+                "200": _json(_STORE_RESULTS, "One result per op: a decision, a refund's result, null, or a failure"),
+                "504": _problem("The store timed out on an atomic call"),
+            },
         ),
         "/json": _post(
             "Envoy's rate-limit request (the gRPC service's JSON form)",
