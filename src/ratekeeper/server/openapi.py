@@ -16,18 +16,11 @@ from typing import Any
 
 from ratekeeper.server.inputs import MAX_BODY
 from ratekeeper.server.schema import REF, request_schemas
-from ratekeeper.server.surfaces import ADMIN, DECISION, STORE_PATH
+from ratekeeper.server.surfaces import STORE_PATH, surface_paths
 
-__all__ = ["SURFACE_PATHS", "openapi_document"]
+__all__ = ["openapi_document"]
 
 _REF = REF
-
-SURFACE_PATHS = {
-    DECISION: ("/v1/check", "/v1/peek", "/json", "/healthz", "/readyz", "/openapi.json"),
-    ADMIN: ("/v1/reset", "/v1/refund", "/v1/rules", "/metrics", STORE_PATH, "/healthz", "/openapi.json"),
-}
-"""The routes each surface's document describes (``surfaces.py`` serves them)."""
-
 
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
@@ -172,8 +165,7 @@ def openapi_document(
     rules whose refund names a lease, ``domains`` the examples of Envoy's ``domain``;
     ``store_api``: whether the admin surface serves ``/v1/store``, ``explicit_now``
     whether that takes a ``now`` (a service started for tests)."""
-    if surface is not None and surface not in SURFACE_PATHS:
-        raise ValueError(f"surface is one of {sorted(SURFACE_PATHS)} or None, got {surface!r}")
+    wanted = set(surface_paths(surface, store_api)) if surface is not None else None
     schemas = copy.deepcopy(_SCHEMAS)
     schemas.update(request_schemas(rules, leased, domains, explicit_now))
     check_schema = {"oneOf": [_ref("Check"), _ref("Checks")]}
@@ -228,9 +220,8 @@ def openapi_document(
             },
         ),
     }
-    wanted = set(SURFACE_PATHS[surface]) if surface is not None else set(paths)
-    if not store_api:
-        wanted.discard(STORE_PATH)
+    if wanted is None:
+        wanted = set(paths) if store_api else set(paths) - {STORE_PATH}
     paths = {path: item for path, item in paths.items() if path in wanted}
     return {
         "openapi": "3.1.0",

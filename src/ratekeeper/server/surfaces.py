@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ratekeeper.server.auth import TokenSource
 
-__all__ = ["ADMIN", "DECISION", "OPEN_PATHS", "STORE_PATH", "Surface", "store_namespace"]
+__all__ = ["ADMIN", "DECISION", "OPEN_PATHS", "STORE_PATH", "Surface", "store_namespace", "surface_paths"]
 
 DECISION = "decision"
 ADMIN = "admin"
@@ -42,8 +42,16 @@ class Surface:
 
     @property
     def paths(self) -> tuple[str, ...]:
-        paths = _PATHS[self.name]
-        return (*paths, STORE_PATH) if self.name == ADMIN and self.store_api else paths
+        return surface_paths(self.name, self.store_api)
+
+
+def surface_paths(name: str, store_api: bool) -> tuple[str, ...]:
+    """The routes of surface ``name`` (``DECISION`` or ``ADMIN``): what it serves and what
+    its ``/openapi.json`` describes; ``store_api``: whether the admin one has ``/v1/store``."""
+    if name not in _PATHS:
+        raise ValueError(f"surface is one of {sorted(_PATHS)}, got {name!r}")
+    paths = _PATHS[name]
+    return (*paths, STORE_PATH) if name == ADMIN and store_api else paths
 
 
 def store_namespace(token_name: str | None) -> str:
