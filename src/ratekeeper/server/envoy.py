@@ -14,6 +14,13 @@ service charges every descriptor it checked.
   charged, a peek whose status says whether one more hit would pass).
 - A descriptor's ``limit`` override (``requests_per_unit`` per ``unit``) replaces the
   configured limit for that descriptor with a fixed window of that size, as in Envoy.
+  Each distinct (domain, size, unit) is a rule the client made: the service keeps at
+  most ``MAX_OVERRIDE_RULES`` of them (``OverrideRules``), the least recently used
+  evicted first, with its state in the memory store (the state a Redis or PostgreSQL
+  store keeps expires on its own). While a rule is kept, every request with the same
+  override shares its counters, as in Envoy; an evicted one starts again from zero. The
+  metrics show the bound and the evictions (``cache="envoy_overrides"``) and count the
+  decisions of override rules under ``rule="_other"``.
 - ``shadow_mode`` descriptors are decided and counted but always ``OK``.
 - Each status: ``code``, ``current_limit`` (the limit that refused, else the tightest:
   ``name``, ``requests_per_unit``, ``unit``), ``limit_remaining``,
@@ -22,18 +29,21 @@ service charges every descriptor it checked.
   ``Retry-After`` on a refusal (DESIGN 5.3), for the enforced, limited descriptors.
 
 Bad requests (no domain, no descriptors, an empty entry key, a hit count over
-``MAX_COST``, a malformed override) raise ``BadInput``: ``INVALID_ARGUMENT`` over gRPC,
-400 over HTTP.
+``MAX_COST``, a malformed override: fewer than 1 request or a unit that is not SECOND to
+YEAR) raise ``BadInput``: ``INVALID_ARGUMENT`` over gRPC, 400 over HTTP. They are found
+before any override rule is made: a bad request leaves nothing behind.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+import weakref
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
+from ratekeeper.bounded import BoundedCache
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.keys import bounded_key
 from ratekeeper.limit import Limit
@@ -44,15 +54,19 @@ from ratekeeper.server.problems import BadInput
 from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
 
 if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
     from ratekeeper.server.service import Service
 
-__all__ = ["MAX_DESCRIPTORS", "envoy_json", "should_rate_limit"]
+__all__ = ["MAX_DESCRIPTORS", "MAX_OVERRIDE_RULES", "OverrideRules", "envoy_json", "overrides_of", "should_rate_limit"]
 
 Response: Any = rls_pb2.RateLimitResponse
 RateLimit: Any = rls_pb2.RateLimitResponse.RateLimit
 
 MAX_DESCRIPTORS = 64
 """The most descriptors one request may carry."""
+
+MAX_OVERRIDE_RULES = 1_024
+"""The most override rules a service keeps (see ``OverrideRules``)."""
 
 _UNITS = (
     (1, RateLimit.SECOND, "second"),
@@ -84,16 +98,25 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
     config = service.catalog.envoy.get(request.domain)
     limits = config.resolve_all(entries) if config is not None else [None] * n
 
-    items: list[Item] = []
-    placed: list[int | None] = []  # descriptor -> its item
+    hits_of: list[int] = []
+    overridden: dict[int, tuple[int, int]] = {}  # descriptor -> its override's size and unit
     for i, descriptor in enumerate(request.descriptors):
         hits = descriptor.hits_addend.value if descriptor.HasField("hits_addend") else default_hits
         if hits > MAX_COST:
             raise BadInput(400, f"descriptor {i} adds {hits} hits", f"hits_addend of at most {MAX_COST}")
+        hits_of.append(hits)
+        if descriptor.HasField("limit"):
+            overridden[i] = _checked_override(descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
+
+    # Every check passed: only now are override rules made (or found) and used.
+    overrides = overrides_of(service) if overridden else None
+    items: list[Item] = []
+    placed: list[int | None] = []  # descriptor -> its item
+    for i, hits in enumerate(hits_of):
         found = limits[i]
         rule: Rule | None = None if found is None else found.rule
-        if descriptor.HasField("limit"):
-            rule = _override(request.domain, descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
+        if overrides is not None and i in overridden:
+            rule = overrides.rule(request.domain, *overridden[i])
         elif found is None or found.unlimited:
             rule = None
         if rule is None:
@@ -104,7 +127,11 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
         shadow = found is not None and found.shadow
         items.append(Item(rule, bounded_key(key), max(hits, 0), shadow=shadow, peek=hits == 0))
 
-    outcome = await decide_together(service.limiter, items)
+    try:
+        outcome = await decide_together(service.limiter, items)
+    finally:
+        if overrides is not None:
+            overrides.settle((request.domain, *size_unit) for size_unit in overridden.values())
     response = Response(overall_code=Response.OK if outcome.allowed else Response.OVER_LIMIT)
     for index in placed:
         status = response.statuses.add()
@@ -146,22 +173,85 @@ def _describe(status: Any, decision: Decision) -> None:
     status.duration_until_reset.FromMicroseconds(max(0, us))
 
 
-@lru_cache(maxsize=1024)
+def _checked_override(requests: int, unit: int, i: int) -> tuple[int, int]:
+    """A descriptor's ``limit`` override, when it is one the service can apply."""
+    if unit not in _SECONDS_OF_UNIT or requests < 1:
+        # An open enum: a client may send any number, which has no name to show.
+        unit_name = RateLimit.Unit.Name(unit) if unit in RateLimit.Unit.values() else f"unit {unit}"
+        raise BadInput(
+            400,
+            f"descriptor {i} overrides the limit with {requests} per {unit_name}",
+            "requests_per_unit >= 1 and a unit from SECOND (1) to YEAR (7)",
+        )
+    return requests, unit
+
+
+class OverrideRules:
+    """The rules of ``limit`` overrides: one per (domain, size, unit), at most ``bound``.
+
+    They live in a ``BoundedCache``: the least recently used rule is evicted to make room
+    for a new one, and the memory store behind the limiter forgets its table then, so
+    neither the rules nor their state grow with what clients send. ``forget(plan)`` is
+    that store's ``forget`` (None for stores whose state expires by itself).
+    """
+
+    def __init__(self, bound: int = MAX_OVERRIDE_RULES, forget: Callable[[Plan], object] | None = None) -> None:
+        self.forget = forget
+        self.cache: BoundedCache[tuple[str, int, int], Rule] = BoundedCache(
+            bound, "envoy_overrides", on_evict=self._evicted
+        )
+
+    def rule(self, domain: str, requests: int, unit: int) -> Rule:
+        """The rule of one override (checked by ``_checked_override``), made if missing."""
+        return self.cache.get((domain, requests, unit), lambda: _override_rule(domain, requests, unit))
+
+    def settle(self, used: Iterable[tuple[str, int, int]]) -> None:
+        """After a request: forget the state of the overrides it used (``(domain, size,
+        unit)``) that were evicted meanwhile (by its own later descriptors, or by a request
+        that ran while it waited on the store), since its decision may have written them
+        again. One evicted and made again since is in use: its state stays."""
+        if self.forget is None:
+            return
+        for key in used:
+            if key not in self.cache:
+                self.forget(_override_rule(*key).plan)
+
+    def _evicted(self, key: tuple[str, int, int], rule: Rule) -> None:
+        if self.forget is not None:
+            self.forget(rule.plan)
+
+
+_OVERRIDES: weakref.WeakKeyDictionary[Service, OverrideRules] = weakref.WeakKeyDictionary()
+
+
+def overrides_of(service: Service) -> OverrideRules:
+    """The override rules of ``service``, made on first use with its metrics watching them
+    (``cache="envoy_overrides"``); calling it at start shows the bound before any override."""
+    overrides = _OVERRIDES.get(service)
+    if overrides is None:
+        overrides = _OVERRIDES[service] = OverrideRules(forget=_forget_of(service.limiter.store))
+        service.metrics.watch_cache(overrides.cache.name, overrides.cache)
+    return overrides
+
+
+def _forget_of(store: object) -> Callable[[Plan], object] | None:
+    """The ``forget`` of the memory store under the limiter's wrappers (the observer, the
+    over-limit cache, the asyncio adapter: each holds the next as ``store`` or ``sync``);
+    None for a store whose state expires on its own (Redis, PostgreSQL, a service)."""
+    for _ in range(8):  # a handful of wrappers at most; never loop on a cycle
+        forget = getattr(store, "forget", None)
+        if callable(forget):
+            return forget  # type: ignore[no-any-return]
+        store = getattr(store, "store", None) or getattr(store, "sync", None)
+        if store is None:
+            break
+    return None
+
+
 def _override_rule(domain: str, requests: int, unit: int) -> Rule:
     seconds = _SECONDS_OF_UNIT[unit]
     name = f"{domain}.override.{requests}_per_{RateLimit.Unit.Name(unit).lower()}"
     return Rule(name, [Limit(requests, seconds)], algorithm="fixed_window")
-
-
-def _override(domain: str, requests: int, unit: int, i: int) -> Rule:
-    """The rule of a descriptor's ``limit`` override (one per domain, size and unit)."""
-    if unit not in _SECONDS_OF_UNIT or requests < 1:
-        raise BadInput(
-            400,
-            f"descriptor {i} overrides the limit with {requests} per {RateLimit.Unit.Name(unit)}",
-            "requests_per_unit >= 1 and a unit from SECOND to YEAR",
-        )
-    return _override_rule(domain, requests, unit)
 
 
 def _check_hits(obj: dict[str, Any], where: str) -> None:
