@@ -20,7 +20,7 @@ TABLES = 1_000
 def rotated(store: MemoryStore) -> int:
     """Tables whose young generation a sweep has set aside (the visible trace of a visit:
     a key written once sits in the young generation until its table is swept)."""
-    return sum(1 for t in store._tables.values() if any(s.old and not s.young for s in t.stripes))
+    return sum(1 for t in store._tables.values() if any(s.old and not s.young for s in t.made()))
 
 
 def many_rules(limiter: Limiter, count: int = TABLES) -> list[Rule]:
@@ -105,6 +105,31 @@ def test_forget_drops_a_rules_table_and_its_state_at_once() -> None:
     assert not limiter.try_acquire(kept, "k")  # untouched
 
 
+def test_a_rule_with_few_keys_makes_only_their_stripes() -> None:
+    store = MemoryStore(clock=FakeClock(), stripes=64)
+    limiter = Limiter(store)
+    rule = Rule("sweep.small", ["5/minute"])
+    assert limiter.try_acquire(rule, "only")
+    (table,) = store._tables.values()
+    assert len(table.made()) == 1
+    for n in range(1_000):
+        limiter.try_acquire(rule, f"k{n}")
+    assert len(table.made()) == 64
+
+
+def test_a_stripe_made_in_a_dropped_table_is_dead_and_the_call_goes_to_a_fresh_table() -> None:
+    store = MemoryStore(clock=FakeClock(), stripes=64)
+    limiter = Limiter(store)
+    rule = Rule("sweep.late", ["1/hour"], algorithm="fixed_window")
+    assert limiter.try_acquire(rule, "first")
+    (old,) = store._tables.values()
+    assert store.forget(rule.plan)
+    missing = next(i for i, s in enumerate(old.stripes) if s is None)
+    assert old.stripe(missing).dead  # a caller that found the old table before the drop
+    assert limiter.try_acquire(rule, "first")  # forgotten: a fresh state...
+    assert store.table_count() == 1 and store._tables[rule.plan.table] is not old  # ...in a fresh table
+
+
 class _SignallingLock:
     """A stripe's lock that says when a caller starts waiting for it."""
 
@@ -132,7 +157,7 @@ def test_a_call_waiting_on_a_table_dropped_meanwhile_decides_on_a_fresh_one() ->
     limiter = Limiter(store)
     rule = Rule("sweep.race", ["1/hour"], algorithm="fixed_window")
     table = store._table(rule.plan)  # the empty table a call is about to use
-    stripe = table.stripes[0]
+    stripe = table.stripe(0)
     signalling = _SignallingLock(stripe.lock)
     stripe.lock = signalling  # type: ignore[assignment]
     results: list[bool] = []

@@ -1,9 +1,10 @@
 """The embedded store: a striped, bounded, self-expiring dict in this process.
 
 Keys hash to one of ``stripes`` stripes, each with its own lock, so threads deciding
-for different keys rarely wait on each other and no lock is global. Each stripe keeps
-two generations of keys (plain dicts): every write goes to the young one; a key found
-only in the old one moves to the young one when it is written. When the young
+for different keys rarely wait on each other and no lock is global. A stripe is made
+when its table's first key hashes to it, so a rule with few keys costs little. Each
+stripe keeps two generations of keys (plain dicts): every write goes to the young one; a
+key found only in the old one moves to the young one when it is written. When the young
 generation is full (``max_keys / (2 * stripes)`` keys) it becomes the old one and the
 previous old one is dropped whole: those are exactly the stripe's least recently used
 keys, so a flood of unique keys never holds more than ``max_keys`` per rule.
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 __all__ = ["MemoryStore"]
 
 _MISSING: Any = object()
+_MAKING = threading.Lock()
+"""Held to make a table's stripe, and while a table is dropped: a stripe made then is made
+dead. Never held while waiting on another lock (the drop only tries the stripes')."""
 _monotonic_ns = time.monotonic_ns
 SWEEP_EVERY_US = 1_000_000
 """How often each table is swept while there are at most ``SWEEP_TABLES`` of them."""
@@ -121,14 +125,31 @@ class _Stripe:
 class _Table:
     """The keys of one rule whose states read alike (``Plan.table``)."""
 
-    __slots__ = ("horizon", "mask", "name", "plan", "stripes")
+    __slots__ = ("capacity", "dead", "horizon", "mask", "name", "plan", "stripes")
 
     def __init__(self, stripes: int, capacity: int, plan: Plan) -> None:
         self.mask = stripes - 1
-        self.stripes = [_Stripe(capacity) for _ in range(stripes)]
+        # Each stripe is made on its first key (``stripe``): a rule with few keys (an
+        # Envoy override rule, say) costs a stripe or two, not all of them.
+        self.stripes: list[_Stripe | None] = [None] * stripes
+        self.capacity = capacity
+        self.dead = False
         self.name = plan.name
         self.plan = plan
         self.horizon = plan.horizon
+
+    def stripe(self, i: int) -> _Stripe:
+        """Stripe ``i``, made when missing (dead when the table is)."""
+        with _MAKING:
+            stripe = self.stripes[i]
+            if stripe is None:
+                stripe = self.stripes[i] = _Stripe(self.capacity)
+                stripe.dead = self.dead
+            return stripe
+
+    def made(self) -> list[_Stripe]:
+        """The stripes made so far."""
+        return [s for s in self.stripes if s is not None]
 
     def adopt(self, plan: Plan) -> None:
         """Another plan writes here (a quota's limits): the horizon covers the longest.
@@ -140,7 +161,7 @@ class _Table:
     def expire(self, now: int) -> bool:
         """Let every stripe drop what is whole; whether the table is now empty."""
         empty = True
-        for stripe in self.stripes:
+        for stripe in self.made():
             with stripe.lock:
                 stripe.expire(now, self.horizon)
                 empty = empty and stripe.empty()
@@ -153,20 +174,27 @@ class _Table:
         Never waits for a stripe's lock: a busy table is not idle, and waiting could
         deadlock with ``decide_many``, which holds several."""
         held: list[threading.Lock] = []
-        try:
-            for stripe in self.stripes:
-                if not stripe.lock.acquire(blocking=False):
-                    return False
-                held.append(stripe.lock)
-                if not stripe.empty():
-                    return False
-            for stripe in self.stripes:
-                stripe.dead = True
-            unlink(self)
-            return True
-        finally:
-            for lock in held:
-                lock.release()
+        with _MAKING:
+            try:
+                stripes = self.made()
+                for stripe in stripes:
+                    if not stripe.lock.acquire(blocking=False):
+                        return False
+                    held.append(stripe.lock)
+                    if not stripe.empty():
+                        return False
+                self.kill(stripes)
+                unlink(self)
+                return True
+            finally:
+                for lock in held:
+                    lock.release()
+
+    def kill(self, stripes: list[_Stripe]) -> None:
+        """Mark the table and its ``stripes`` dead; ``_MAKING`` held."""
+        self.dead = True
+        for stripe in stripes:
+            stripe.dead = True
 
 
 class MemoryStore:
@@ -214,7 +242,8 @@ class MemoryStore:
 
     def _stripe(self, plan: Plan, key: str) -> _Stripe:
         table = self._table(plan)
-        return table.stripes[hash(key) & table.mask]
+        i = hash(key) & table.mask
+        return table.stripes[i] or table.stripe(i)
 
     def _locked_stripe(self, plan: Plan, key: str) -> _Stripe:
         """The key's stripe, its lock held, in a table still in the store."""
@@ -251,7 +280,8 @@ class MemoryStore:
         table = self._tables.get(plan.table)
         if table is None or plan is not table.plan:
             table = self._table(plan)
-        stripe = table.stripes[hash(key) & table.mask]
+        i = hash(key) & table.mask
+        stripe = table.stripes[i] or table.stripe(i)
         lock = stripe.lock
         lock.acquire()
         if stripe.dead:  # its table was dropped after we found it: decide on a fresh one
@@ -317,8 +347,8 @@ class MemoryStore:
             if table is None:
                 return False
             self.dropped_tables += 1
-        for stripe in table.stripes:
-            stripe.dead = True
+        with _MAKING:
+            table.kill(table.made())
         return True
 
     def table_count(self) -> int:
@@ -406,12 +436,12 @@ class MemoryStore:
     def key_count(self, rule: str | None = None) -> int:
         """Keys held (for one rule, or all); idle keys leave within a horizon and a second or two."""
         tables = [t for t in self._snapshot() if rule is None or t.name == rule]
-        return sum(len(s.young) + len(s.old) for t in tables for s in t.stripes)
+        return sum(len(s.young) + len(s.old) for t in tables for s in t.made())
 
     @property
     def evicted(self) -> int:
         """Keys dropped by the ``max_keys`` bound (not by expiry) so far."""
-        return sum(s.evicted for t in self._snapshot() for s in t.stripes)
+        return sum(s.evicted for t in self._snapshot() for s in t.made())
 
     def _snapshot(self) -> list[_Table]:
         with self._tables_lock:
