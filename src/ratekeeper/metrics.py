@@ -172,6 +172,7 @@ class Metrics:
         self._children: dict[tuple[str, str], Any] = {}
         self._max_rules = max_rules
         self._configured: frozenset[str] | None = None
+        self._configured_by: dict[str, frozenset[str]] = {}
         self._seen: set[str] = set()  # the names labelled so far while none is configured
         self._lock = threading.Lock()
         self._caches: dict[str, BoundedCache[Any, Any]] = {}
@@ -210,13 +211,15 @@ class Metrics:
         refusals count as ``shadow_over``."""
         self._shadow = frozenset(names)
 
-    def configured_rules(self, names: Iterable[str]) -> None:
-        """The configured rules from now on (replacing the previous set): only these names
-        are ``rule`` labels; any other rule is counted under ``OTHER_RULE``. The service
-        calls it with each catalog it loads, the middleware with its rules."""
-        configured = frozenset(names)
+    def configured_rules(self, names: Iterable[str], source: str = "") -> None:
+        """The configured rules of ``source`` from now on (replacing that source's previous
+        set): only the names of every source are ``rule`` labels; any other rule is counted
+        under ``OTHER_RULE``. The service calls it with each catalog it loads, each
+        middleware with its rules (one ``Metrics`` may serve a middleware and a FastAPI
+        dependency, each a source of its own)."""
         with self._lock:
-            self._configured = configured
+            self._configured_by[source] = frozenset(names)
+            self._configured = frozenset().union(*self._configured_by.values())
             self._seen.clear()
             # A rule no longer configured must stop resolving to its own series.
             self._children = {}

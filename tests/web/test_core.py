@@ -84,6 +84,7 @@ def test_an_unbuildable_key_skips_the_rule_and_an_unreadable_cost_charges_one() 
 
     class Metrics:
         def shadow_rules(self, names: Any) -> None: ...
+        def configured_rules(self, names: Any, source: str = "") -> None: ...
         def skipped(self, rule: str) -> None:
             skips.append(rule)
 
@@ -282,3 +283,20 @@ def test_a_key_over_512_characters_is_bounded() -> None:
     assert not c.check_sync(get(headers={"x-key": "k" * 5000})).allowed
     by_callable = core([http_rule("b2", "1/minute")], key=lambda view, r: "c" * 900)
     assert len(by_callable.check_sync(get()).charges[0].key) == 512
+
+
+def test_the_middlewares_rules_are_the_metrics_labels_however_many_and_whichever_core() -> None:
+    """Each core tells the metrics its rules: they keep labels of their own past the cap
+    that applies to names nobody configured, and two cores sharing one ``Metrics`` (a
+    middleware and a FastAPI dependency) do not take each other's labels away."""
+    from ratekeeper.metrics import OTHER_RULE, Metrics
+
+    metrics = Metrics(max_rules=1)
+    limiter = Limiter("memory://", clock=FakeClock(), observer=metrics)
+    first = core([http_rule("a", "5/minute"), http_rule("b", "5/minute")], metrics=metrics, limiter=limiter)
+    second = core([http_rule("c", "5/minute")], metrics=metrics, limiter=limiter)
+    for c in (first, second):
+        assert c.check_sync(get()).allowed
+    for name in ("a", "b", "c"):
+        assert metrics.value("ratekeeper_decisions_total", rule=name, outcome="within") == 1
+    assert metrics.value("ratekeeper_decisions_total", rule=OTHER_RULE, outcome="within") is None

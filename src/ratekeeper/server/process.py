@@ -31,6 +31,7 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.metrics import Metrics
 from ratekeeper.server.auth import TokenSource
+from ratekeeper.server.envoy import overrides_of
 from ratekeeper.server.examples import EXAMPLE_ENVOY, EXAMPLE_RULES, example_catalog
 from ratekeeper.server.grpc_service import GrpcLimits, Health, build_grpc_server
 from ratekeeper.server.http_app import HttpApp
@@ -124,6 +125,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if settings.store_api:  # the rules store-API clients send: bounded, evictions counted
         metrics.watch_cache("store_api_rules", PLANS.cache)
     service = Service(limiter, metrics, catalog, files, settings.store)
+    overrides_of(service)  # Envoy limit overrides: bounded, their metrics shown from the start
     try:
         await _run(service, settings, ready)
     finally:

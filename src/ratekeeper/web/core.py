@@ -120,6 +120,7 @@ class WebMetrics(Protocol):
     """What the core tells a metrics object besides the limiter's observations."""
 
     def shadow_rules(self, names: Iterable[str]) -> None: ...
+    def configured_rules(self, names: Iterable[str], source: str = "") -> None: ...
     def skipped(self, rule: str) -> None: ...
     def reloaded(self, ok: bool) -> None: ...
     def request(self, transport: str) -> None: ...
@@ -282,8 +283,8 @@ class RateLimitCore:
         self.x_ratelimit_headers = x_ratelimit_headers
         self.deny_response = deny_response
         self._source = _RulesSource(rules, metrics, reload_interval)
-        self._shadow_reported: frozenset[str] | None = None
-        self._report_shadow(self._source.current())
+        self._reported: RuleSet | None = None
+        self._report_rules(self._source.current())
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
         if unknown:
             log.warning("ratekeeper: exempt_keys names rules that are not in the rules: %s", ", ".join(sorted(unknown)))
@@ -294,19 +295,21 @@ class RateLimitCore:
     def rules(self) -> RuleSet:
         """The rules in force (the latest valid version of a rules file)."""
         ruleset = self._source.current()
-        self._report_shadow(ruleset)
+        if ruleset is not self._reported:
+            self._report_rules(ruleset)
         return ruleset
 
     def _is_shadow(self, rule: HttpRule) -> bool:
         return self.shadow_all or rule.shadow or rule.name in self.shadow_names
 
-    def _report_shadow(self, ruleset: RuleSet) -> None:
+    def _report_rules(self, ruleset: RuleSet) -> None:
+        """Tell the metrics which rules are in force (only they get a label of their own)
+        and which of them are in shadow mode."""
+        self._reported = ruleset
         if self.metrics is None:
             return
-        names = frozenset(r.name for r in ruleset if self._is_shadow(r))
-        if names != self._shadow_reported:
-            self._shadow_reported = names
-            self.metrics.shadow_rules(sorted(names))
+        self.metrics.configured_rules([r.name for r in ruleset], source=f"web-{id(self)}")
+        self.metrics.shadow_rules(sorted(r.name for r in ruleset if self._is_shadow(r)))
 
     # -- one request ----------------------------------------------------------------
 
