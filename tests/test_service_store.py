@@ -127,3 +127,39 @@ def test_a_rule_spec_of_the_wrong_shape_is_a_400_not_a_crash(service: Ratekeeper
     problem = response.json()
     assert "rules[0][2] (limits)[0] must be an array, got object" == problem["detail"]
     assert "[count, period_us, burst | null]" in problem["accepted"]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["threads", "asyncio"])
+def test_an_op_no_store_decides_exactly_is_refused_at_the_client_and_never_sent(
+    service: RatekeeperService, asynchronous: bool
+) -> None:
+    """The service store checks each op at its entry, as every store does: the hostile op
+    is an InvalidRequest of its own (not a StoreError from the service's 400), and no
+    request leaves the process for it."""
+    from ratekeeper.errors import InvalidRequest
+    from ratekeeper.stores.service.store import ServiceStore
+    from ratekeeper.stores.service.store_async import AsyncServiceStore
+    from test_op_isolation import _hostile
+
+    for label, op in _hostile(f"svc{uuid.uuid4().hex[:6]}").items():
+        if asynchronous:
+
+            async def attempt(op: Op = op) -> int:
+                store = AsyncServiceStore(service.admin_url)
+                try:
+                    with pytest.raises(InvalidRequest):
+                        await (store.refund(op) if op[0] == "r" else store.decide(op))
+                    return store.calls
+                finally:
+                    await store.aclose()
+
+            calls = asyncio.run(attempt())
+        else:
+            sync = ServiceStore(service.admin_url)
+            try:
+                with pytest.raises(InvalidRequest):
+                    sync.refund(op) if op[0] == "r" else sync.decide(op)
+                calls = sync.calls
+            finally:
+                sync.close()
+        assert 0 == calls, label

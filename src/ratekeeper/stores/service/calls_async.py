@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError, StoreTimeout
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.service.sansio import (
     STORE_PATH,
     ServiceOptions,
@@ -66,6 +67,8 @@ class AsyncServiceCalls:
         return results
 
     async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        for op in ops:
+            check_op(op, now)
         results = decode_reply(ops, await self._post(encode_call(ops, now, True), "a batch"))
         decisions: list[Decision] = []
         for result in results:

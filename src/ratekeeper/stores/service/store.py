@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 from ratekeeper.stores.service.calls import ServiceCalls
@@ -35,6 +36,7 @@ class ServiceStore(ServiceCalls):
         )
 
     def _submit(self, op: Op, now: int | None) -> Decision | bool | None:
+        check_op(op, now)  # refused here, as on every store: never sent to the service
         if self.options.batching:
             return self._coalescer.submit(op, now)  # type: ignore[return-value]
         return self._run([op], now)[0]  # type: ignore[return-value]

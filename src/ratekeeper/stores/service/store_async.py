@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_async import AsyncCoalescer
 from ratekeeper.stores.service.calls_async import AsyncServiceCalls
@@ -40,6 +41,7 @@ class AsyncServiceStore(AsyncServiceCalls):
         )
 
     async def _submit(self, op: Op, now: int | None) -> Decision | bool | None:
+        check_op(op, now)  # refused here, as on every store: never sent to the service
         if self.options.batching:
             return await self._coalescer.submit(op, now)  # type: ignore[return-value]
         return (await self._run([op], now))[0]  # type: ignore[return-value]
