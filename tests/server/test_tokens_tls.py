@@ -307,3 +307,29 @@ def test_the_store_api_takes_admin_tokens_and_keeps_each_tokens_rules_apart(
     assert 200 == httpx.post(f"{served.url}/v1/check", json=check, timeout=5).status_code
     with Limiter(served.admin_url) as anonymous, pytest.raises(StoreError, match="401"):
         anonymous.try_acquire(rule, "k")
+
+
+def test_a_fleet_uses_the_service_as_its_store_over_tls_with_a_client_certificate_and_a_token(
+    serve: Callable[..., Served], tmp_path: Path, pki: Pki, uid: str
+) -> None:
+    """The deployment docs/security.md describes: the store API on a TLS admin surface that
+    requires client certificates and a token; a fleet's limiter reaches it with ``ca_file``,
+    ``cert_file``, ``key_file`` and ``token_file``, and is refused without its certificate."""
+    from ratekeeper import Limiter, Rule
+    from ratekeeper.errors import StoreError
+
+    tokens = tmp_path / "admin.tokens"
+    tokens.write_text(f"fleet:{ADMIN_SECRET}\n")
+    secret = tmp_path / "fleet.secret"
+    secret.write_text(ADMIN_SECRET + "\n")
+    args = ["--store-api", "--admin-token-file", str(tokens), "--tls-cert", str(pki.cert), "--tls-key", str(pki.key)]
+    args += ["--tls-client-ca", str(pki.ca)]
+    served = serve(args=args, ready=_tls_ready(pki.ca, pki.client_cert, pki.client_key))
+    base = served.admin_url.replace("http://", "https://")
+    url = f"{base}/?token_file={secret}&ca_file={pki.ca}&cert_file={pki.client_cert}&key_file={pki.client_key}"
+    rule = Rule(f"{uid}.fleet", ["2/minute"])
+    with Limiter(url, on_error="raise") as limiter:
+        assert [True, True, False] == [limiter.try_acquire(rule, "k").allowed for _ in range(3)]
+    without_cert = f"{base}/?token_file={secret}&ca_file={pki.ca}"
+    with Limiter(without_cert, on_error="raise") as limiter, pytest.raises(StoreError):
+        limiter.try_acquire(rule, "k")

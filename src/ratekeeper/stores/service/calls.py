@@ -40,6 +40,7 @@ class ServiceCalls:
         self.client = httpx.Client(
             base_url=self.options.base_url,
             timeout=self.options.timeout,
+            verify=self.options.verify,
             limits=httpx.Limits(max_connections=self.options.max_in_flight + 2),
         )
         self.calls = 0

@@ -39,6 +39,7 @@ class AsyncServiceCalls:
         self.client = httpx.AsyncClient(
             base_url=self.options.base_url,
             timeout=self.options.timeout,
+            verify=self.options.verify,
             limits=httpx.Limits(max_connections=self.options.max_in_flight + 2),
         )
         self.calls = 0

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
@@ -83,7 +84,9 @@ class ServiceOptions:
     ``timeout`` (seconds, default 1), ``max_in_flight`` (calls out at once, default 8),
     ``max_batch`` (ops per call, default 512), ``batching`` (default true),
     ``token_file`` (a file holding the bearer secret of the service's admin surface; else
-    the environment's ``RATEKEEPER_SERVICE_TOKEN``, else no token)."""
+    the environment's ``RATEKEEPER_SERVICE_TOKEN``, else no token); for ``https://``,
+    ``ca_file`` (PEM CAs to trust instead of the system's) and ``cert_file`` / ``key_file``
+    (a client certificate, for a service started with ``--tls-client-ca``)."""
 
     def __init__(self, url: str, options: dict[str, Any], environ: Mapping[str, str] | None = None) -> None:
         parts = urlsplit(url)
@@ -91,7 +94,7 @@ class ServiceOptions:
             raise ConfigurationError(f"a service store URL looks like http://host:8082, got {url!r}")
         given: dict[str, Any] = dict(parse_qsl(parts.query))
         given.update(options)
-        known = {"timeout", "max_in_flight", "max_batch", "batching", "token_file"}
+        known = {"timeout", "max_in_flight", "max_batch", "batching", "token_file", "ca_file", "cert_file", "key_file"}
         unknown = set(given) - known
         if unknown:
             raise ConfigurationError(
@@ -102,10 +105,27 @@ class ServiceOptions:
         self.max_in_flight: int = number_option("max_in_flight", given.get("max_in_flight", 8), int, 1)
         self.max_batch: int = min(number_option("max_batch", given.get("max_batch", 512), int, 1), MAX_OPS)
         self.batching: bool = bool_option("batching", given.get("batching", True))
+        self.verify = tls_context(given.get("ca_file"), given.get("cert_file"), given.get("key_file"))
         secret = read_token(given.get("token_file"), os.environ if environ is None else environ)
         self.headers = {"content-type": "application/json"}
         if secret is not None:
             self.headers["authorization"] = f"Bearer {secret}"
+
+
+def tls_context(ca_file: Any, cert_file: Any, key_file: Any) -> ssl.SSLContext | bool:
+    """What the HTTP client verifies the service with: True (the system's CAs) unless a CA
+    file or a client certificate is given."""
+    if ca_file is None and cert_file is None and key_file is None:
+        return True
+    if (cert_file is None) != (key_file is None):
+        raise ConfigurationError("cert_file and key_file go together (a client certificate and its key)")
+    try:
+        context = ssl.create_default_context(cafile=None if ca_file is None else str(ca_file))
+        if cert_file is not None:
+            context.load_cert_chain(str(cert_file), str(key_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"the TLS files of the service store cannot be used: {exc}") from None
+    return context
 
 
 def read_token(token_file: Any, environ: Mapping[str, str]) -> str | None:
