@@ -117,10 +117,11 @@ log = logging.getLogger("ratekeeper.web")
 
 
 class WebMetrics(Protocol):
-    """What the core tells a metrics object besides the limiter's observations."""
+    """What the core tells a metrics object besides the limiter's observations; also
+    ``configured_rules(names, source)`` when it has one (``Metrics`` does): the rules that
+    get a label of their own."""
 
     def shadow_rules(self, names: Iterable[str]) -> None: ...
-    def configured_rules(self, names: Iterable[str], source: str = "") -> None: ...
     def skipped(self, rule: str) -> None: ...
     def reloaded(self, ok: bool) -> None: ...
     def request(self, transport: str) -> None: ...
@@ -308,7 +309,9 @@ class RateLimitCore:
         self._reported = ruleset
         if self.metrics is None:
             return
-        self.metrics.configured_rules([r.name for r in ruleset], source=f"web-{id(self)}")
+        configured = getattr(self.metrics, "configured_rules", None)  # optional: older metrics objects lack it
+        if configured is not None:
+            configured([r.name for r in ruleset], source=f"web-{id(self)}")
         self.metrics.shadow_rules(sorted(r.name for r in ruleset if self._is_shadow(r)))
 
     # -- one request ----------------------------------------------------------------
