@@ -49,7 +49,8 @@ class Names:
 
     @property
     def domain(self) -> str:
-        return f"bench-serve-{self.run_id}"
+        # Not the native rules' prefix: an Envoy rate limit named like a native rule is refused.
+        return f"bench-serve-envoy-{self.run_id}"
 
     open_key = "client"
     """The Envoy descriptor key limited at ``OPEN_LIMIT`` per second, one bucket per value."""
