@@ -173,7 +173,10 @@ def test_a_rules_file_rewritten_in_place_never_yields_an_unknown_rule(serve: Cal
         return [limit for r in rules if r["name"] == f"{uid}.last" for limit in r["limits"]]
 
     wait_until(lambda: limits() == [last], 15, "the settled file to load")
-    assert all(ok for _, ok in reloads(served))
+    # A reload may have been refused (a half-written file that looked settled because the
+    # writer stalled on a loaded machine fails validation); none was taken half-written:
+    # every answer above found the rule.
+    assert any(ok for _, ok in reloads(served))
 
 
 def test_a_native_rule_and_an_envoy_rate_limit_of_one_name_are_refused_at_start(tmp_path: Path, uid: str) -> None:
