@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from conformance.harness import STORES, StoreHarness, open_harness
+from conformance.harness import STORES, StoreHarness, harness_of
 from conformance.traces import EPOCH_US
 from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.limiter.checks import new_lease_id
@@ -79,15 +79,7 @@ def test_the_limiters_hand_out_fresh_random_ids() -> None:
 
 @pytest.fixture(scope="module", params=SERVER_STORES)
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
-    def fixture(name: str) -> str:
-        url: str = request.getfixturevalue(name)
-        return url
-
-    opened = open_harness(request.param, fixture)
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from harness_of(request)
 
 
 def _peek(harness: StoreHarness, plan: Any, key: str, now: int) -> Any:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import redis
 
-from conformance.harness import REDIS_URL, STORES, StoreHarness, open_harness
+from conformance.harness import REDIS_URL, STORES, StoreHarness, harness_of
 from conformance.traces import EPOCH_US
 from ratekeeper.decision import Decision
 from ratekeeper.errors import InvalidRequest, StoreError
@@ -39,15 +39,7 @@ CALLERS = 12
 
 @pytest.fixture(scope="module", params=SERVER_STORES)
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
-    def fixture(name: str) -> str:
-        url: str = request.getfixturevalue(name)
-        return url
-
-    opened = open_harness(request.param, fixture)
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from harness_of(request)
 
 
 def _hostile(tag: str) -> dict[str, Op]:

@@ -11,19 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from conformance.harness import STORES, StoreHarness, open_harness
+from conformance.harness import STORES, StoreHarness, harness_of
 
 
 @pytest.fixture(scope="module", params=STORES)
 def harness(request: pytest.FixtureRequest) -> Iterator[StoreHarness]:
-    def fixture(name: str) -> str:
-        # The private servers of tests/server_fixtures.py (a three-master cluster, a
-        # Sentinel set), started only when a parameter that needs them runs.
-        url: str = request.getfixturevalue(name)
-        return url
-
-    opened = open_harness(request.param, fixture)
-    try:
-        yield opened
-    finally:
-        opened.close()
+    yield from harness_of(request)

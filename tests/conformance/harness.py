@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -89,6 +89,23 @@ def open_harness(name: str, fixture: Callable[[str], str]) -> StoreHarness:
         harness.close()
         raise
     return harness
+
+
+def harness_of(request: Any) -> Iterator[StoreHarness]:
+    """The body of a module-scoped ``harness`` fixture parametrized by store names: the
+    harness of ``request.param``, closed at the end. The private servers of
+    tests/server_fixtures.py (a three-master cluster, a Sentinel set) are started only when
+    a parameter that needs them runs."""
+
+    def fixture(name: str) -> str:
+        url: str = request.getfixturevalue(name)
+        return url
+
+    opened = open_harness(request.param, fixture)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 def _warm_up(harness: StoreHarness) -> None:
