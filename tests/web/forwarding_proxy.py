@@ -29,7 +29,7 @@ import httpx
 
 from .uvicorn_server import serve
 
-__all__ = ["MODES", "client", "fresh_loopback", "proxy"]
+__all__ = ["FORGED", "MODES", "client", "fresh_loopback", "proxy"]
 
 MODES = ("x-forwarded-for", "forwarded", "forwarded-unknown", "forwarded-obfuscated")
 
@@ -114,3 +114,17 @@ def fresh_loopback() -> str:
 def client(base_url: str, address: str) -> httpx.Client:
     """An HTTP client connecting from ``address`` (a real, distinct TCP peer)."""
     return httpx.Client(base_url=base_url, transport=httpx.HTTPTransport(local_address=address), timeout=20.0)
+
+
+FORGED: list[dict[str, str]] = [
+    {"Forwarded": "for=198.51.100.1"},
+    {"Forwarded": 'for="[2001:db8::1]:4711"'},
+    {"Forwarded": "for=198.51.100.2;proto=https, for=198.51.100.3"},
+    {"Forwarded": "for=unknown"},
+    {"X-Forwarded-For": "198.51.100.4"},
+    {"X-Forwarded-For": "198.51.100.5, 198.51.100.6"},
+    {"X-Forwarded-For": "unknown"},
+    {"X-Forwarded-For": "2001:db8::2"},
+]
+"""Eight different claims a client may make about itself (each forging a fresh budget
+where the forwarding headers are believed blindly)."""

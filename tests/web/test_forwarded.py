@@ -17,22 +17,11 @@ import pytest
 
 from .asgi_apps import KINDS, make
 from .conftest import http_rule
-from .forwarding_proxy import client, fresh_loopback, proxy
+from .forwarding_proxy import FORGED, client, fresh_loopback, proxy
 from .uvicorn_server import serve
 
 PROXY = "127.0.0.1"
 
-FORGED: list[dict[str, str]] = [
-    {"Forwarded": "for=198.51.100.1"},
-    {"Forwarded": 'for="[2001:db8::1]:4711"'},
-    {"Forwarded": "for=198.51.100.2;proto=https, for=198.51.100.3"},
-    {"Forwarded": "for=unknown"},
-    {"X-Forwarded-For": "198.51.100.4"},
-    {"X-Forwarded-For": "198.51.100.5, 198.51.100.6"},
-    {"X-Forwarded-For": "unknown"},
-    {"X-Forwarded-For": "2001:db8::2"},
-]
-"""Eight different claims a client may make about itself."""
 
 kinds = pytest.mark.parametrize("kind", KINDS)
 

@@ -12,19 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from web.forwarding_proxy import client, fresh_loopback, proxy
+from web.forwarding_proxy import FORGED, client, fresh_loopback, proxy
 from web_wsgi.appserver import AppServer
-
-FORGED: list[dict[str, str]] = [
-    {"Forwarded": "for=198.51.100.1"},
-    {"Forwarded": 'for="[2001:db8::1]:4711"'},
-    {"Forwarded": "for=198.51.100.2;proto=https, for=198.51.100.3"},
-    {"Forwarded": "for=unknown"},
-    {"X-Forwarded-For": "198.51.100.4"},
-    {"X-Forwarded-For": "198.51.100.5, 198.51.100.6"},
-    {"X-Forwarded-For": "unknown"},
-    {"X-Forwarded-For": "2001:db8::2"},
-]
 
 
 def statuses(base: str, address: str, headers_each: list[dict[str, str]]) -> list[int]:
