@@ -1,7 +1,8 @@
 """The gRPC side: Envoy's ``RateLimitService`` and gRPC health checking, on ``grpc.aio``.
 
-``ShouldRateLimit`` answers as ``envoy.should_rate_limit`` decides. A bad request is
-``INVALID_ARGUMENT`` with the reason; a store that fails under the ``raise`` policy is
+``ShouldRateLimit`` answers as ``envoy.should_rate_limit`` decides. A bad request, and
+bytes that are no ``RateLimitRequest``, are ``INVALID_ARGUMENT`` with the reason and
+what is accepted; a store that fails under the ``raise`` policy is
 ``UNAVAILABLE`` (Envoy then applies its ``failure_mode_deny``). Health checking
 (``grpc.health.v1.Health``) reports ``SERVING`` while the store answers and
 ``NOT_SERVING`` when it does not, for the overall server ("") and for the rate-limit
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc  # type: ignore[import-untyped]
 from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc  # type: ignore[import-untyped]
 
 from ratekeeper.errors import InvalidRequest, StoreError
@@ -36,6 +38,22 @@ SERVICE_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 """``envoy.service.ratelimit.v3.RateLimitService``: the name health checking answers for."""
 
 
+@dataclass(frozen=True, slots=True)
+class Malformed:
+    """Bytes that are no ``RateLimitRequest``, and why."""
+
+    reason: str
+
+
+def _request_or_malformed(data: bytes) -> Any:
+    """The request in ``data``, else ``Malformed``: a deserializer that raises makes grpc
+    answer ``UNKNOWN``, which blames the server for what the client sent."""
+    try:
+        return rls_pb2.RateLimitRequest.FromString(data)
+    except DecodeError as exc:
+        return Malformed(str(exc))
+
+
 class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[misc]
     """``ShouldRateLimit`` over the service's limiter and Envoy-form rules."""
 
@@ -45,8 +63,13 @@ class RateLimitServicer(rls_pb2_grpc.RateLimitServiceServicer):  # type: ignore[
     async def ShouldRateLimit(self, request: Any, context: Any) -> Any:
         self.service.metrics.request("grpc")
         try:
+            if isinstance(request, Malformed):
+                raise BadInput(400, f"not a RateLimitRequest: {request.reason}", "a serialized RateLimitRequest")
             return await should_rate_limit(self.service, request)
-        except (BadInput, InvalidRequest) as exc:
+        except BadInput as exc:
+            accepted = f"; expected {exc.accepted}" if exc.accepted else ""
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.detail}{accepted}")
+        except InvalidRequest as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except StoreError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the store failed: {type(exc).__name__}: {exc}")
@@ -142,7 +165,15 @@ def build_grpc_server(
         options=limits.options(),
         maximum_concurrent_rpcs=limits.max_rpcs,
     )
-    rls_pb2_grpc.add_RateLimitServiceServicer_to_server(RateLimitServicer(service), server)
+    servicer = RateLimitServicer(service)
+    handlers = {
+        "ShouldRateLimit": grpc.unary_unary_rpc_method_handler(
+            servicer.ShouldRateLimit,
+            request_deserializer=_request_or_malformed,
+            response_serializer=rls_pb2.RateLimitResponse.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     status = Health()
     health_pb2_grpc.add_HealthServicer_to_server(status.servicer, server)
     address = f"{_grpc_host(host)}:{port}"
