@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from ratekeeper.cli import main
+from ratekeeper.cli import CLOSED_PIPE_STATUS, main
 
 
 def test_check_prints_each_decision_and_the_count(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,3 +60,46 @@ def test_help_on_each_command(args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "ratekeeper", *args], capture_output=True, text=True, check=False)
     assert 0 == result.returncode, result.stderr
     assert "usage: ratekeeper" in result.stdout
+
+
+def run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[bytes]:
+    """Run the real command with its output to a pipe nobody reads any more (``| head``
+    after head exited): every write it makes meets EPIPE, whatever its size."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "ratekeeper", *args],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            check=False,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["migrate", "--store", "postgresql://app@db.invalid/app?schema=rk", "--print"],
+        ["demo"],
+        ["check", "-l", "5/3s", "-n", "3"],
+        ["config", "check", "RULES"],
+    ],
+)
+def test_output_to_a_closed_pipe_ends_quietly_with_the_sigpipe_status(args: list[str], tmp_path: Path) -> None:
+    """``ratekeeper migrate --print | head`` and the like: no traceback, no "Exception
+    ignored" at exit, and 128 + SIGPIPE as a shell reports for any tool ended that way."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n  - name: api\n    limits: [10/minute]\n")
+    result = run_into_a_closed_pipe(*(str(rules) if a == "RULES" else a for a in args))
+    assert b"" == result.stderr
+    assert CLOSED_PIPE_STATUS == result.returncode == 141
+
+
+def test_a_usage_error_still_reaches_stderr_when_stdout_is_closed() -> None:
+    """Only the closed stream is given up: a mistake on the command line is still told."""
+    result = run_into_a_closed_pipe("migrate", "--store", "redis://localhost:6379", "--print")
+    assert 2 == result.returncode
+    assert b"migrate applies to postgresql:// stores" in result.stderr
