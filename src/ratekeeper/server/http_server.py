@@ -150,8 +150,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         cycle = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
-        if cycle is not None and cycle.response_started:
-            self._close()  # the answer is on its way but the body never came: nothing to add
+        answered_early = cycle is None and self.cycle is not None and not self._in_head
+        if answered_early or (cycle is not None and cycle.response_started):
+            # The request was answered, or its answer is on its way, before its body came
+            # whole (a 413 on Content-Length): one answer a request, nothing to add.
+            self._close()
         elif self._began or cycle is not None:
             self._answer_and_close(
                 408,
@@ -198,8 +201,13 @@ class GuardedProtocol(HttpToolsProtocol):
             self.send_400_response("Invalid HTTP request received.")
             return
         except httptools.HttpParserUpgrade:
-            # No upgrade is served here (no WebSocket route): answer as uvicorn would.
-            self._unsupported_upgrade_warning()
+            # No upgrade is served here (no WebSocket route; uvicorn's WebSocket protocol is
+            # off, so the request reached the application as plain HTTP). The parser reads
+            # nothing past an upgrade request: close once it is answered, or now.
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.keep_alive = False
+            else:
+                self._close()
             return
         except httptools.HttpParserError:
             self.logger.warning("Invalid HTTP request received.")
@@ -289,6 +297,7 @@ def http_server(app: Any, limits: HttpLimits, context: ssl.SSLContext | None, gr
         log_level="warning",
         access_log=False,
         server_header=False,
+        ws="none",  # no WebSocket route: an Upgrade request is answered as plain HTTP
         timeout_keep_alive=limits.keep_alive,
         timeout_graceful_shutdown=int(grace),
         backlog=2048,
