@@ -71,7 +71,9 @@ def test_an_exact_value_matches_only_itself(config: EnvoyConfig) -> None:
 def test_a_value_less_key_gives_each_value_its_own_bucket(config: EnvoyConfig) -> None:
     a, b = config.resolve([("to_number", "111")]), config.resolve([("to_number", "222")])
     assert a is not None and b is not None
-    assert a.rule is b.rule and a.rule is not None and a.rule.name == "per_number"
+    # the YAML name is a label; the rule (the state's identity) is named by the descriptor path
+    assert a.rule is b.rule and a.rule is not None and a.rule.name == "edge.to_number"
+    assert a.name == "per_number"
     assert (a.key, b.key) == ("to_number_111", "to_number_222")
     limiter = Limiter("memory://", clock=FakeClock())
     assert [bool(limiter.try_acquire(a.rule, a.key)) for _ in range(3)] == [True, True, False]
@@ -212,10 +214,10 @@ ERRORS = {
         "(did you mean 'minute'?)",
     ),
     "no unit": ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", 4, "needs a unit"),
-    "zero requests": (
-        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: 0\n",
+    "negative requests": (
+        "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: second\n      requests_per_unit: -1\n",
         6,
-        "requests_per_unit must be a positive integer, got the number 0",
+        "requests_per_unit must be a whole number, 0 or more (0 refuses every request), got the number -1",
     ),
     "unit with unlimited": (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unlimited: true\n      unit: second\n",
@@ -249,11 +251,15 @@ ERRORS = {
     ),
     "duplicate value-less": ("domain: d\ndescriptors:\n  - key: k\n  - key: k\n", 4, "duplicate descriptor 'd.k'"),
     "duplicate yaml key": ("domain: d\ndescriptors:\n  - key: k\n    key: j\n", 4, "key 'key' appears twice"),
-    "duplicate names": (
-        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n"
-        "  - key: b\n    rate_limit: {unit: second, requests_per_unit: 1, name: n}\n",
-        6,
-        "two rate limits are named 'n' (the other on line 4)",
+    "share_threshold without a wildcard": (
+        "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n",
+        5,
+        "share_threshold applies only to a wildcard value",
+    ),
+    "unknown charging": (
+        "domain: d\ncharging: evnoy\n",
+        2,
+        "charging must be one of envoy, stop_over_limit, transaction",
     ),
     "replaces itself": (
         "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n"

@@ -1,22 +1,27 @@
 """The Envoy form of a rules file: the configuration of Envoy's rate-limit service.
 
 A ``domain`` and a tree of ``descriptors`` (``key``, optional ``value``, ``rate_limit``,
-nested ``descriptors``). Matching follows the reference service: at each level of the
-tree the request's entry is looked up as ``key`` + exact ``value``, then as a wildcard
-value (``"foo*"``, the first declared that fits), then as the value-less ``key``; a limit
+nested ``descriptors``). Matching follows Envoy's service step for step: at each level the
+request entry is looked up as its composite ``key_value``, then against the level's
+wildcard values in file order (``*`` anywhere, any number of times, each zero or more
+characters: ``ratekeeper.config.envoy_match``), then as the value-less ``key``; a limit
 applies only when the node it sits on is reached by the request's last entry. A node
 without ``rate_limit`` and without children exempts what it matches.
 
-Every node with a ``rate_limit`` becomes a ``Rule`` (named ``domain.key_value.key2``, or
-the ``rate_limit``'s ``name``); the state key of a request is made of its own entries, so a
-value-less key (or a wildcard) gives each distinct value its own bucket, as in Envoy.
-The algorithm defaults to ``fixed_window`` (Envoy's windows, aligned to the unit).
+Every limited node becomes a ``Rule`` named by its descriptor path (``domain.key_value.key2``):
+that path is the state's identity in the store, so two limits sharing a YAML ``name`` (which
+Envoy allows) never share a count. The ``name`` is a label, answered as Envoy answers it.
+The state key of a request is made of its own entries, so a value-less key or a wildcard
+gives each distinct value its own count, unless the wildcard says ``share_threshold: true``:
+then every value it matches counts as the pattern itself. The algorithm defaults to
+``fixed_window`` (Envoy's windows, aligned to the unit).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,12 +35,15 @@ from ratekeeper.config.checks import (
     redundant_limits,
     type_name,
 )
+from ratekeeper.config.envoy_match import composite, is_wildcard, split_pattern, wildcard_match
 from ratekeeper.config.problems import Problems, did_you_mean
 from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, load_file, read_yaml
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.limit import Limit
 from ratekeeper.rule import Rule
 
 __all__ = [
+    "CHARGING",
     "DESCRIPTOR_FIELDS",
     "ENVOY_ALGORITHM",
     "RATE_LIMIT_FIELDS",
@@ -45,6 +53,7 @@ __all__ = [
     "EnvoyNode",
     "envoy_of",
     "load_envoy",
+    "merge_envoy",
     "parse_envoy",
 ]
 
@@ -59,20 +68,49 @@ UNIT_SECONDS = {
 }
 """The length of each ``unit`` in seconds, Envoy's dividers."""
 
+CHARGING = ("envoy", "stop_over_limit", "transaction")
+"""The values of the top-level ``charging`` field: which descriptors of a request are
+charged when one of them is over its limit (every one, as Envoy; none of the over-limit
+ones, as Envoy with ``STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT``; or none at all, decided
+as one transaction)."""
+
 ENVOY_ALGORITHM = "fixed_window"
-TOP_FIELDS = ("domain", "descriptors")
-DESCRIPTOR_FIELDS = ("key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric")
+TOP_FIELDS = ("domain", "descriptors", "charging")
+DESCRIPTOR_FIELDS = (
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "quota_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
+)
 RATE_LIMIT_FIELDS = ("unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst", "limits")
+_FLAGS = {  # descriptor field -> EnvoyNode attribute
+    "shadow_mode": "shadow",
+    "quota_mode": "quota_mode",
+    "detailed_metric": "detailed_metric",
+    "value_to_metric": "value_to_metric",
+    "share_threshold": "share_threshold",
+}
 
 
 @dataclass(frozen=True, slots=True)
 class EnvoyLimit:
     """What applies to one request descriptor.
 
-    ``rule`` decides (None when ``unlimited``), ``key`` is the state key to charge (the
-    request's own entries, ``key_value`` joined by dots), ``name`` the ``rate_limit``'s name
-    ("" when it has none; only named limits can be replaced), ``descriptor`` the node's
-    stable id and ``metric_key`` what metrics should label it with.
+    ``rule`` decides (None when ``unlimited`` or ``blocked``), ``key`` is the state key to
+    charge (the request's own entries, ``key_value`` joined by dots, a ``share_threshold``
+    wildcard's entry counted as its pattern), ``name`` the ``rate_limit``'s YAML name
+    ("" when it has none: what Envoy answers as ``current_limit.name``; only named limits can
+    be replaced), ``descriptor`` the node's path (the rule's name), ``metric_key`` the key
+    Envoy's service would keep its statistics under (``detailed_metric``,
+    ``value_to_metric`` and ``share_threshold`` applied). ``blocked`` is
+    ``requests_per_unit: 0``: every request over the limit. ``requests_per_unit`` and
+    ``unit`` are as written (None when not written), for answering ``current_limit``.
     """
 
     rule: Rule | None
@@ -84,27 +122,26 @@ class EnvoyLimit:
     name: str = ""
     descriptor: str = ""
     metric_key: str = ""
+    quota_mode: bool = False
+    blocked: bool = False
+    requests_per_unit: int | None = None
+    unit: str | None = None
+    metadata: Mapping[str, Any] | None = None
 
 
 @dataclass(slots=True)
 class _Level:
-    exact: dict[tuple[str, str], EnvoyNode] = field(default_factory=dict)
-    wildcards: list[tuple[str, str, EnvoyNode]] = field(default_factory=list)
-    valueless: dict[str, EnvoyNode] = field(default_factory=dict)
+    """The descriptors of one level, as Envoy files them: by composite key, and the
+    wildcards (already split) in file order."""
 
-    def find(self, key: str, value: str) -> EnvoyNode | None:
-        node = self.exact.get((key, value)) if value else None
-        if node is None and value:
-            for wkey, prefix, candidate in self.wildcards:
-                if wkey == key and value.startswith(prefix):
-                    node = candidate
-                    break
-        if node is None:
-            node = self.valueless.get(key)
-        return node
+    by_key: dict[str, EnvoyNode] = field(default_factory=dict)
+    wildcards: list[tuple[tuple[str, ...], EnvoyNode]] = field(default_factory=list)
+
+    def nodes(self) -> list[EnvoyNode]:
+        return list(self.by_key.values())
 
     def __bool__(self) -> bool:
-        return bool(self.exact or self.wildcards or self.valueless)
+        return bool(self.by_key)
 
 
 @dataclass(slots=True, eq=False)
@@ -123,11 +160,28 @@ class EnvoyNode:
     replaces: tuple[str, ...] = ()
     name: str = ""
     children: _Level = field(default_factory=_Level)
+    quota_mode: bool = False
+    value_to_metric: bool = False
+    share_threshold: bool = False
+    metadata: Mapping[str, Any] | None = None
+    blocked: bool = False
+    requests_per_unit: int | None = None
+    unit: str | None = None
+
+    @property
+    def filed_as(self) -> str:
+        """The composite key the node is filed under at its level (``key`` or ``key_value``)."""
+        return composite(self.key, self.value)
 
 
 @dataclass(frozen=True, slots=True)
 class EnvoyConfig:
-    """A loaded Envoy-form file: ``resolve`` a request descriptor to the limit that applies."""
+    """A loaded Envoy-form file: ``resolve`` a request descriptor to the limit that applies.
+
+    ``charging`` is the file's top-level ``charging`` (None when it has none: the service's
+    choice applies). ``global_shadow`` is the service-wide shadow mode (Envoy's
+    ``SHADOW_MODE``): every descriptor decided and counted, no request refused.
+    """
 
     domain: str
     nodes: tuple[EnvoyNode, ...]
@@ -135,30 +189,67 @@ class EnvoyConfig:
     source: str = "<code>"
     warnings: tuple[str, ...] = ()
     _root: _Level = field(default_factory=_Level, repr=False)
+    charging: str | None = None
+    global_shadow: bool = False
 
     @property
     def rules(self) -> tuple[Rule, ...]:
-        """The rules of every limited (not unlimited) descriptor, in file order."""
+        """The rules of every limited (not unlimited, not blocked) descriptor, in file order."""
         return tuple(n.rule for n in self.nodes if n.rule is not None)
 
     def resolve(self, entries: Sequence[tuple[str, str]]) -> EnvoyLimit | None:
         """The limit for one descriptor (its ``(key, value)`` entries), or None when none applies."""
+        domain = self.domain
         level = self._root
         found: EnvoyNode | None = None
         last = len(entries) - 1
+        shared: dict[int, str] = {}  # entry index -> the share_threshold pattern it counts as
+        detailed = [domain]  # Envoy's detailed metric key: every entry's key_value
+        labelled = [domain]  # Envoy's metric key with value_to_metric and wildcard patterns
         for i, (key, value) in enumerate(entries):
-            node = level.find(key, value)
-            if node is not None and node.has_rate_limit and i == last:
+            wanted = f"{key}_{value}"
+            detailed.append(wanted)
+            node = level.by_key.get(wanted)
+            by_value = node is not None
+            pattern = ""
+            if node is None:
+                for parts, candidate in level.wildcards:
+                    if wildcard_match(parts, wanted):
+                        node, pattern = candidate, candidate.filed_as
+                        break
+            if node is None:
+                node = level.by_key.get(key)
+            if node is None:
+                labelled.append(key)
+                break
+            pattern_value = pattern.removeprefix(f"{key}_")
+            if pattern and node.share_threshold:
+                shared[i] = pattern_value
+            if pattern:
+                shown = shared.get(i) or (value if node.value_to_metric else pattern_value)
+            elif by_value:
+                shown = value
+            else:
+                shown = value if node.value_to_metric else ""
+            labelled.append(f"{key}_{shown}" if shown else key)
+            if node.has_rate_limit and i == last:
                 found = node
-            if node is None or not node.children:
+            if not node.children:
                 break
             level = node.children
         if found is None:
             return None
-        state_key = ".".join(f"{k}_{v}" if v else k for k, v in entries)
-        metric = found.descriptor
-        if found.detailed_metric and found.value is None and entries[-1][1]:
-            metric = f"{metric}_{entries[-1][1]}"
+        state_key = ".".join(
+            f"{k}_{shared.get(i) or v}" if shared.get(i) or v else k for i, (k, v) in enumerate(entries)
+        )
+        if found.detailed_metric and shared:
+            metric = ".".join(
+                [domain] + [f"{k}_{shared[i]}" if i in shared else composite(k, v) for i, (k, v) in enumerate(entries)]
+            )
+        elif found.detailed_metric:
+            metric = ".".join(detailed)
+        else:
+            metric = ".".join(labelled)
         return EnvoyLimit(
             rule=found.rule,
             key=state_key,
@@ -169,6 +260,11 @@ class EnvoyConfig:
             name=found.name,
             descriptor=found.descriptor,
             metric_key=metric,
+            quota_mode=found.quota_mode,
+            blocked=found.blocked,
+            requests_per_unit=found.requests_per_unit,
+            unit=found.unit,
+            metadata=found.metadata,
         )
 
     def resolve_all(self, descriptors: Sequence[Sequence[tuple[str, str]]]) -> list[EnvoyLimit | None]:
@@ -177,6 +273,10 @@ class EnvoyConfig:
         found = [self.resolve(d) for d in descriptors]
         replaced = {name for limit in found if limit is not None for name in limit.replaces}
         return [None if limit is not None and limit.name and limit.name in replaced else limit for limit in found]
+
+    def shadowed(self) -> EnvoyConfig:
+        """This configuration under the service-wide shadow mode."""
+        return dataclasses.replace(self, global_shadow=True)
 
 
 def load_envoy(path: str | os.PathLike[str]) -> EnvoyConfig:
@@ -198,7 +298,52 @@ def envoy_of(doc: Any, problems: Problems) -> EnvoyConfig:
     builder.check_replaces()
     problems.raise_if_any()
     return EnvoyConfig(
-        builder.domain, tuple(builder.nodes), problems.source, tuple(problems.warnings), _root=builder.root
+        builder.domain,
+        tuple(builder.nodes),
+        problems.source,
+        tuple(problems.warnings),
+        _root=builder.root,
+        charging=builder.charging,
+    )
+
+
+def merge_envoy(configs: Sequence[EnvoyConfig]) -> EnvoyConfig:
+    """One configuration of several files of one domain, their top-level descriptors side
+    by side (Envoy's ``MERGE_DOMAIN_CONFIG``); ``ConfigurationError`` when two files declare
+    the same descriptor or ask for different ``charging``."""
+    first = configs[0]
+    root = _Level()
+    charging: tuple[str, str] | None = None
+    for config in configs:
+        if config.domain != first.domain:
+            raise ConfigurationError(
+                f"{config.source}: domain {config.domain!r} cannot merge into {first.domain!r}; only files "
+                "of one domain merge"
+            )
+        if config.charging is not None:
+            if charging is not None and charging[0] != config.charging:
+                raise ConfigurationError(
+                    f"{config.source}: charging {config.charging!r}, but {charging[1]} of the same domain says "
+                    f"{charging[0]!r}; give it in one file, or the same in both"
+                )
+            charging = (config.charging, config.source)
+        for node in config._root.by_key.values():
+            taken = root.by_key.get(node.filed_as)
+            if taken is not None:
+                raise ConfigurationError(
+                    f"{node.origin}: duplicate descriptor {node.descriptor!r} (first at {taken.origin}); "
+                    "files merged into one domain may not declare the same descriptor"
+                )
+            root.by_key[node.filed_as] = node
+        root.wildcards += config._root.wildcards
+    return EnvoyConfig(
+        first.domain,
+        tuple(n for c in configs for n in c.nodes),
+        " + ".join(c.source for c in configs),
+        tuple(w for c in configs for w in c.warnings),
+        _root=root,
+        charging=charging[0] if charging else None,
+        global_shadow=any(c.global_shadow for c in configs),
     )
 
 
@@ -206,9 +351,9 @@ class _Builder:
     def __init__(self, problems: Problems) -> None:
         self.problems = problems
         self.domain = ""
+        self.charging: str | None = None
         self.root = _Level()
         self.nodes: list[EnvoyNode] = []
-        self.names: dict[str, int] = {}
         self.replace_refs: list[tuple[str, int]] = []
 
     def document(self, doc: Any) -> None:
@@ -222,7 +367,17 @@ class _Builder:
             problems.add(doc.line_at("domain"), f"domain must be a non-empty text, got {type_name(domain)}")
         else:
             self.domain = domain
-        if "descriptors" in doc:
+        if "charging" in doc:
+            charging = doc["charging"]
+            if charging in CHARGING:
+                self.charging = charging
+            else:
+                hint = did_you_mean(charging, CHARGING) if isinstance(charging, str) else ""
+                problems.add(
+                    doc.line_at("charging"),
+                    f"charging must be one of {', '.join(CHARGING)}, got {type_name(charging)}{hint}",
+                )
+        if doc.get("descriptors") is not None:  # a null list (``descriptors:``) is an empty one
             self.descriptors(doc["descriptors"], doc.line_at("descriptors"), self.root, self.domain or "?")
 
     def descriptors(self, value: Any, line: int, level: _Level, parent: str) -> None:
@@ -253,28 +408,32 @@ class _Builder:
         else:
             problems.add(entry.line_at("value"), f"value must be a text, got {type_name(raw_value)}")
             return
-        part = key if value is None else f"{key}_{value}"
-        node = EnvoyNode(key, value, f"{parent}.{part}", f"{problems.source}:{line}")
-        if self._place(node, level, entry.line_at("key")):
-            for flag in ("shadow_mode", "detailed_metric"):
-                if flag in entry:
-                    setattr(
-                        node,
-                        "shadow" if flag == "shadow_mode" else flag,
-                        check_bool(entry[flag], entry.line_at(flag), flag, problems),
-                    )
-            if "rate_limit" in entry:
-                self.rate_limit(entry["rate_limit"], entry.line_at("rate_limit"), node)
-            if "descriptors" in entry:
-                self.descriptors(entry["descriptors"], entry.line_at("descriptors"), node.children, node.descriptor)
+        node = EnvoyNode(key, value, f"{parent}.{composite(key, value)}", f"{problems.source}:{line}")
+        if not self._place(node, level, entry.line_at("key")):
+            return
+        for flag, attribute in _FLAGS.items():
+            if flag in entry:
+                setattr(node, attribute, check_bool(entry[flag], entry.line_at(flag), flag, problems))
+        if node.share_threshold and not is_wildcard(node.filed_as):
+            problems.add(
+                entry.line_at("share_threshold"),
+                f"share_threshold applies only to a wildcard value (one holding '*'), and {node.descriptor!r} "
+                "has none; give a value such as 'prefix*', or remove share_threshold",
+            )
+        if "metadata" in entry:
+            metadata = entry["metadata"]
+            if isinstance(metadata, YamlMap):
+                node.metadata = metadata or None
+            elif metadata is not None:
+                problems.add(entry.line_at("metadata"), f"metadata must be a mapping, got {type_name(metadata)}")
+        if "rate_limit" in entry:
+            self.rate_limit(entry["rate_limit"], entry.line_at("rate_limit"), node)
+        if entry.get("descriptors") is not None:
+            self.descriptors(entry["descriptors"], entry.line_at("descriptors"), node.children, node.descriptor)
 
     def _place(self, node: EnvoyNode, level: _Level, line: int) -> bool:
-        if node.value is None:
-            taken = level.valueless.get(node.key)
-        elif node.value.endswith("*"):
-            taken = next((n for k, p, n in level.wildcards if k == node.key and p == node.value[:-1]), None)
-        else:
-            taken = level.exact.get((node.key, node.value))
+        filed_as = node.filed_as
+        taken = level.by_key.get(filed_as)
         if taken is not None:
             self.problems.add(
                 line,
@@ -282,12 +441,9 @@ class _Builder:
                 "each key (with its value) may appear once per level",
             )
             return False
-        if node.value is None:
-            level.valueless[node.key] = node
-        elif node.value.endswith("*"):
-            level.wildcards.append((node.key, node.value[:-1], node))
-        else:
-            level.exact[(node.key, node.value)] = node
+        level.by_key[filed_as] = node
+        if is_wildcard(filed_as):
+            level.wildcards.append((split_pattern(filed_as), node))
         return True
 
     def rate_limit(self, value: Any, line: int, node: EnvoyNode) -> None:
@@ -298,36 +454,33 @@ class _Builder:
         check_fields(value, RATE_LIMIT_FIELDS, "rate_limit", problems)
         node.has_rate_limit = True
         ok = True
-        name = node.descriptor
         if "name" in value:
             given = value["name"]
             if not isinstance(given, str) or not given:
                 problems.add(value.line_at("name"), f"name must be a non-empty text, got {type_name(given)}")
                 ok = False
             else:
-                name = node.name = given
-        if name in self.names:
-            problems.add(
-                value.line_at("name"),
-                f"two rate limits are named {name!r} (the other on line {self.names[name]}); names must be unique",
-            )
-            ok = False
-        else:
-            self.names[name] = value.line_at("name")
+                node.name = given
         if "replaces" in value:
             node.replaces = self.replaces(value["replaces"], value.line_at("replaces"), node.name)
-        unlimited = False
         if "unlimited" in value:
-            unlimited = node.unlimited = check_bool(
-                value["unlimited"], value.line_at("unlimited"), "unlimited", problems
-            )
-        if unlimited:
-            for extra in ("unit", "requests_per_unit", "limits", "algorithm", "burst"):
+            node.unlimited = check_bool(value["unlimited"], value.line_at("unlimited"), "unlimited", problems)
+        if node.unlimited:
+            # Envoy takes a requests_per_unit beside unlimited (and ignores it), but no unit.
+            for extra in ("unit", "limits", "algorithm", "burst"):
                 if extra in value:
                     problems.add(value.line_at(extra), f"an unlimited rate_limit takes no {extra}; remove it")
+            count = value.get("requests_per_unit")
+            if type(count) is int and count >= 0:
+                node.requests_per_unit = count
+            elif "requests_per_unit" in value:
+                problems.add(
+                    value.line_at("requests_per_unit"),
+                    f"requests_per_unit must be a whole number, 0 or more, got {type_name(count)}",
+                )
             self.nodes.append(node)
             return
-        limits = self.limits(value, line)
+        limits = self.limits(value, line, node)
         algorithm: str | None = ENVOY_ALGORITHM
         if "algorithm" in value:
             algorithm = check_algorithm(value["algorithm"], value.line_at("algorithm"), problems)
@@ -335,14 +488,25 @@ class _Builder:
         if "burst" in value:
             burst = check_burst(value["burst"], algorithm, value.line_at("burst"), problems)
             ok = ok and burst is not None
+        if node.blocked:
+            for extra in ("algorithm", "burst"):
+                if extra in value:
+                    problems.add(
+                        value.line_at(extra), f"requests_per_unit: 0 refuses every request: it takes no {extra}"
+                    )
+            if ok:
+                self.nodes.append(node)
+            return
         if not ok or limits is None or algorithm is None:
             return
         for b, a in redundant_limits(limits, burst):
-            problems.warn(line, f"{name}: limit {b} can never bind beside {a} (it is redundant); remove it")
-        node.rule = make_rule(name, limits, algorithm, burst, None, None, line, problems)
+            problems.warn(line, f"{node.descriptor}: limit {b} can never bind beside {a} (it is redundant); remove it")
+        node.rule = make_rule(node.descriptor, limits, algorithm, burst, None, None, line, problems)
         self.nodes.append(node)
 
-    def limits(self, value: YamlMap, line: int) -> list[Limit] | None:
+    def limits(self, value: YamlMap, line: int, node: EnvoyNode) -> list[Limit] | None:
+        """The limits of a rate_limit; None when refused, or when ``requests_per_unit: 0``
+        (the node is then ``blocked``)."""
         problems = self.problems
         if "limits" in value:
             for envoy_field in ("unit", "requests_per_unit"):
@@ -362,16 +526,22 @@ class _Builder:
         if seconds is None:
             hint = did_you_mean(unit.lower(), UNIT_SECONDS) if isinstance(unit, str) else ""
             problems.add(value.line_at("unit"), f"unknown unit {type_name(unit)}{hint}; accepted: {units}")
+        elif isinstance(unit, str):
+            node.unit = unit.lower()
         count = value.get("requests_per_unit")
         if "requests_per_unit" not in value:
-            problems.add(line, "rate_limit needs requests_per_unit, a positive integer")
+            problems.add(line, "rate_limit needs requests_per_unit, a whole number (0 refuses every request)")
             return None
-        if type(count) is not int or count < 1:
+        if type(count) is not int or count < 0:
             problems.add(
                 value.line_at("requests_per_unit"),
-                f"requests_per_unit must be a positive integer, got {type_name(count)}"
-                + ("; 0 (refuse every request) cannot be expressed as a limit here" if count == 0 else ""),
+                f"requests_per_unit must be a whole number, 0 or more (0 refuses every request), "
+                f"got {type_name(count)}",
             )
+            return None
+        node.requests_per_unit = count
+        if count == 0:
+            node.blocked = seconds is not None
             return None
         return None if seconds is None else [Limit(count, seconds)]
 
@@ -404,7 +574,7 @@ class _Builder:
         stack = [self.root]
         while stack:
             level = stack.pop()
-            for node in [*level.exact.values(), *(n for _, _, n in level.wildcards), *level.valueless.values()]:
+            for node in level.nodes():
                 if node.name:
                     out.append(node)
                 stack.append(node.children)
