@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from dataclasses import dataclass, field
 
 from ratekeeper.errors import InvalidLimit
 
-__all__ = ["ACCEPTED_FORMS", "DURATION_FORMS", "MAX_COUNT", "Limit", "never_admitted", "parse_duration"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "DURATION_FORMS",
+    "MAX_COUNT",
+    "UNITS_SHOWN",
+    "Limit",
+    "never_admitted",
+    "parse_duration",
+]
 
 _US_PER_UNIT: dict[str, int] = {}
 for _names, _us in (
@@ -18,19 +27,26 @@ for _names, _us in (
     (("m", "min", "mins", "minute", "minutes"), 60_000_000),
     (("h", "hr", "hrs", "hour", "hours"), 3_600_000_000),
     (("d", "day", "days"), 86_400_000_000),
+    # The Envoy form's longer units, with its lengths: a month is 30 days, a year 365.
+    (("w", "wk", "week", "weeks"), 7 * 86_400_000_000),
+    (("month", "months"), 30 * 86_400_000_000),
+    (("y", "yr", "year", "years"), 365 * 86_400_000_000),
 ):
     for _name in _names:
         _US_PER_UNIT[_name] = _us
 
+UNITS_SHOWN = "us, ms, s, second, m, min, minute, h, hour, d, day, w, week, month, y, year"
+"""The units as messages and docs list them (each also takes its plural; a month is 30
+days and a year 365, as in the Envoy form)."""
+
 ACCEPTED_FORMS = (
-    '"20/minute", "5/3s", "10/100ms", "600 per 10 minutes", "1/day" '
-    "(count, then '/' or 'per', then an optional amount and a unit: "
-    "us, ms, s, second, m, min, minute, h, hour, d, day)"
+    '"20/minute", "5/3s", "10/100ms", "10/2.5min", "600 per 10 minutes", "1/week" '
+    "(count, then '/' or 'per', then an optional amount, whole or decimal, and a unit: "
+    f"{UNITS_SHOWN})"
 )
 
 DURATION_FORMS = (
-    '"3s", "100ms", "1.5s", "10 minutes", "minute" '
-    "(an optional amount, then a unit: us, ms, s, second, m, min, minute, h, hour, d, day)"
+    f'"3s", "100ms", "1.5s", "10 minutes", "minute" (an optional amount, whole or decimal, then a unit: {UNITS_SHOWN})'
 )
 
 _LIMIT_RE = re.compile(
@@ -50,7 +66,9 @@ def _unit_us(unit: str, text: str, forms: str) -> int:
     try:
         return _US_PER_UNIT[unit.lower()]
     except KeyError:
-        raise InvalidLimit(f"unknown time unit {unit!r} in {text!r}; accepted forms: {forms}") from None
+        close = difflib.get_close_matches(unit.lower(), _US_PER_UNIT, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}? Accepted" if close else "; accepted"
+        raise InvalidLimit(f"unknown time unit {unit!r} in {text!r}{hint} forms: {forms}") from None
 
 
 def _amount_us(amount: str | None, unit: str, text: str, forms: str = ACCEPTED_FORMS) -> int:
