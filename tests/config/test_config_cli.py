@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from conftest import WriteFile
@@ -107,3 +110,23 @@ def test_the_command_runs_as_a_module(write: WriteFile) -> None:
         [sys.executable, "-m", "ratekeeper", "config", "check", str(path)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0 and "items.list: GET" in done.stdout
+
+
+def test_an_envoy_file_without_domain_is_told_so_by_the_real_command(write: WriteFile) -> None:
+    """Envoy's rules with the ``domain:`` line forgotten: one problem saying that, not an
+    unknown native field ``descriptors`` and a missing ``rules:``."""
+    path = write("descriptors:\n  - key: generic_key\n    rate_limit: {unit: second, requests_per_unit: 5}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "config", "check", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert 1 == result.returncode
+    assert [
+        f"{path}:1: this file looks like the Envoy form (top-level 'descriptors') but has no 'domain:'; "
+        "add domain: <name> at the top level (or write 'rules:' for the native form)",
+        f"{path}: 1 problem; the file was not loaded",
+    ] == result.stderr.splitlines()
+    assert "unknown field" not in result.stderr

@@ -83,6 +83,40 @@ CASES = {
         4,
         "unknown request part {ip} in key template '{ip}'; accepted: {client_ip}",
     ),
+    "key misspelt part": (
+        "rules:\n  - name: a\n    limits: [1/s]\n    key: 'org:{clientip}'\n",
+        4,
+        "unknown request part {clientip} in key template 'org:{clientip}'; did you mean {client_ip}? Accepted: "
+        "{client_ip}, {user}",
+    ),
+    "key misspelt named part": (
+        "rules:\n  - name: a\n    limits: [1/s]\n    key: '{headers.x-api-key}'\n",
+        4,
+        "unknown request part {headers.x-api-key} in key template '{headers.x-api-key}'; "
+        "did you mean {header.x-api-key}?",
+    ),
+    "key named part without a name": (
+        "rules:\n  - name: a\n    limits: [1/s]\n    key: '{query}'\n",
+        4,
+        "unknown request part {query} in key template '{query}'; did you mean {query.<name>}?",
+    ),
+    "cost misspelt part": (
+        "rules:\n  - name: a\n    limits: [1/s]\n    cost: '{heder.x-cost}'\n",
+        4,
+        "did you mean {header.x-cost}?",
+    ),
+    "limit misspelt unit": (
+        "rules:\n  - name: a\n    limits: [1/s, 2/minuet]\n",
+        3,
+        "unknown time unit 'minuet' in '2/minuet'; did you mean 'minute'? Accepted forms: ",
+    ),
+    "an Envoy file without domain": (
+        "# the service's rules\ndescriptors:\n  - key: generic_key\n    value: default\n"
+        "    rate_limit: {unit: second, requests_per_unit: 5}\n",
+        2,
+        "this file looks like the Envoy form (top-level 'descriptors') but has no 'domain:'; add domain: <name> "
+        "at the top level (or write 'rules:' for the native form)",
+    ),
     "key unbalanced": ("rules:\n  - name: a\n    limits: [1/s]\n    key: 'x{client_ip'\n", 4, "unbalanced brace"),
     "key not text": ("rules:\n  - name: a\n    limits: [1/s]\n    key: [a]\n", 4, "key must be a template text"),
     "path param without path": (

@@ -9,6 +9,7 @@ the request lacks it.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -99,10 +100,27 @@ def _parse_part(inner: str, text: str) -> tuple[str, str | None]:
     kind, dot, name = inner.partition(".")
     if dot and kind in _NAMED_PARTS and name:
         return (kind, name.lower() if kind == "header" else name)
+    close = _closest_part(inner)
     raise ConfigurationError(
-        f"unknown request part {{{inner}}} in key template {text!r}; accepted: "
+        f"unknown request part {{{inner}}} in key template {text!r}"
+        + (f"; did you mean {{{close}}}? Accepted: " if close else "; accepted: ")
         + ", ".join(f"{{{p}}}" for p in KEY_PARTS)
     )
+
+
+def _closest_part(inner: str) -> str | None:
+    """The part a misspelt one most likely meant: ``clientip`` -> ``client_ip``,
+    ``headers.x-key`` -> ``header.x-key``, ``header`` -> ``header.<name>``."""
+    kind, dot, name = inner.partition(".")
+    if dot and name:
+        named = difflib.get_close_matches(kind.lower(), _NAMED_PARTS, n=1, cutoff=0.6)
+        return f"{named[0]}.{name}" if named else None
+    if inner.lower() in _SIMPLE_PARTS:
+        return inner.lower()
+    if kind.lower() in _NAMED_PARTS:
+        return f"{kind.lower()}.<name>"
+    simple = difflib.get_close_matches(inner.lower(), _SIMPLE_PARTS, n=1, cutoff=0.6)
+    return simple[0] if simple else None
 
 
 @dataclass(frozen=True, slots=True)

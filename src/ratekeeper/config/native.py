@@ -84,6 +84,14 @@ def _document(doc: Any, problems: Problems) -> list[HttpRule]:
             "load it as an Envoy configuration, or write 'rules:'",
         )
         return []
+    if "descriptors" in doc and "rules" not in doc:
+        # Reported as the Envoy file it most likely is, not as an unknown native field.
+        problems.add(
+            doc.line_at("descriptors"),
+            "this file looks like the Envoy form (top-level 'descriptors') but has no 'domain:'; "
+            "add domain: <name> at the top level (or write 'rules:' for the native form)",
+        )
+        return []
     check_fields(doc, TOP_FIELDS, "the top level", problems)
     if "version" in doc and (doc["version"] != 1 or isinstance(doc["version"], bool)):
         problems.add(doc.line_at("version"), f"version must be 1, got {type_name(doc['version'])}")
