@@ -3,9 +3,10 @@
 Exact integer arithmetic: with ``n/d`` the reduced microseconds per unit of cost, times
 are kept in units of ``1/d`` µs. A request of cost ``c`` moves the theoretical arrival
 time ``tat`` to ``max(tat, now) + c*n`` and conforms when that is at most
-``tau = burst*n`` past ``now``. State: the ``tat`` (an int) for a one-limit rule, a tuple
-of them otherwise. Decides exactly as the token bucket with the same limits (the two are
-the same meter), in one number.
+``tau = burst*n`` past ``now``. State: per limit ``(tat, n, d, capacity)``, flat: the
+scale it was written at, so that a plan of other limits reads it by ``carry.carried``
+(what was consumed stays consumed). Decides exactly as the token bucket with the same
+limits (the two are the same meter).
 """
 
 from __future__ import annotations
@@ -13,12 +14,39 @@ from __future__ import annotations
 from typing import Any
 
 from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, ceil_div, rational_spec
+from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
-__all__ = ["Gcra"]
+__all__ = ["Gcra", "gcra_tat"]
 
 _make = Decision.make
+
+
+def gcra_tat(state: State, o: int, now: int, n: int, d: int, cap: int) -> int:
+    """The theoretical arrival time of the limit whose state starts at ``state[o]``, in
+    units of ``1/d`` µs and never before ``now``: as stored when it was written at this
+    scale, else what it still counts carried over (``carried``)."""
+    nd = now * d
+    if state is None:
+        return nd
+    tat: int = state[o]
+    n0: int = state[o + 1]
+    d0: int = state[o + 2]
+    if n0 == n and d0 == d and state[o + 3] == cap:
+        return tat if tat > nd else nd
+    ahead = tat - now * d0
+    if ahead <= 0:
+        return nd
+    return nd + carried(ahead, n0, cap, n)
+
+
+def gcra_state(tats: list[int], specs: tuple[tuple[int, int, int, int], ...]) -> tuple[int, ...]:
+    """The state of these theoretical arrival times, each with its scale."""
+    new: list[int] = []
+    for tat, (n, d, cap, _) in zip(tats, specs, strict=True):
+        new += (tat, n, d, cap)
+    return tuple(new)
 
 
 class Gcra(Algorithm):
@@ -40,16 +68,13 @@ class Gcra(Algorithm):
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
         specs = plan.specs
-        single = len(specs) == 1
         tats: list[int] = []
         denied = -1
         wait = 0
         infinite = False
         for i, (n, d, cap, tau) in enumerate(specs):
             nd = now * d
-            tat = nd if state is None else (state if single else state[i])
-            if tat < nd:
-                tat = nd
+            tat = gcra_tat(state, 4 * i, now, n, d, cap)
             tats.append(tat)
             if cost > cap:
                 if not infinite:
@@ -73,7 +98,7 @@ class Gcra(Algorithm):
             resets.append(ceil_div(ahead, d))
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, tuple(remaining), tuple(resets))
-            return ((tats[0] if single else tuple(tats)) if cost else state), decision
+            return (gcra_state(tats, specs) if cost else state), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
@@ -85,7 +110,14 @@ class Gcra(Algorithm):
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
             nd = now * d
-            tat = nd if state is None or state < nd else state
+            if state is None:
+                tat = nd
+            elif state[1] == n and state[2] == d and state[3] == cap:
+                tat = state[0]
+                if tat < nd:
+                    tat = nd
+            else:
+                tat = gcra_tat(state, 0, now, n, d, cap)
             new = tat + cost * n
             over = new - nd - tau
             if cost > cap:
@@ -107,13 +139,15 @@ class Gcra(Algorithm):
                 )
             if over <= 0:
                 ahead = new - nd
-                return new if cost else state, Decision(
+                return (new, n, d, cap) if cost else state, Decision(
                     (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None, None)
                 )
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
-                return new, Decision((name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None, None))
+                return (new, n, d, cap), Decision(
+                    (name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None, None)
+                )
             ahead = tat - nd
             remaining = (tau - ahead) // n
             return state, Decision(
@@ -123,8 +157,9 @@ class Gcra(Algorithm):
         return decide_one
 
     def scale(self, plan: Plan) -> tuple[Any, ...]:
-        """Times (or levels) are counted in units of ``1/d`` µs (or ``n`` per token) per limit."""
-        return tuple((n, d) for n, d, _, _ in plan.specs)
+        """A state records its own scale and is carried to any other (``gcra_tat``): plans
+        with as many limits share the keys' states."""
+        return ("carried", len(plan.specs))
 
     def horizon(self, plan: Plan) -> int:
         """From empty to full: ``burst * n / d`` µs per limit (a reservation may go further)."""
@@ -133,9 +168,7 @@ class Gcra(Algorithm):
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:
             return None
-        single = len(plan.specs) == 1
         new: list[int] = []
-        for i, (n, d, _, _) in enumerate(plan.specs):
-            tat = state if single else state[i]
-            new.append(max(now * d, tat - cost * n))
-        return new[0] if single else tuple(new)
+        for i, (n, d, cap, _) in enumerate(plan.specs):
+            new.append(max(now * d, gcra_tat(state, 4 * i, now, n, d, cap) - cost * n))
+        return gcra_state(new, plan.specs)

@@ -3,8 +3,9 @@
 Requests join a queue that drains at ``count`` per ``period``; the queue holds at most
 ``burst`` (default ``count``) units of cost. An admitted request gets ``delay``: the
 time until the requests ahead of it have drained, so admitted requests leave evenly
-spaced, never in a burst. A full queue refuses. State as GCRA: the time (in ``1/d``
-µs) at which the queue is empty, an int for one limit, a tuple for several.
+spaced, never in a burst. A full queue refuses. State as GCRA's: per limit the time (in
+``1/d`` µs) at which the queue is empty, with the scale it was written at (a plan of
+other limits carries what is still queued: ``gcra.gcra_tat``).
 
 ``max_wait`` bounds the delay the caller will accept (``acquire``'s timeout): a longer
 delay is refused, with ``retry_us`` the time until the queue is short enough (and has
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ratekeeper.algorithms.base import Decider, Plan, State, ceil_div
-from ratekeeper.algorithms.gcra import Gcra
+from ratekeeper.algorithms.gcra import Gcra, gcra_state, gcra_tat
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
@@ -40,7 +41,6 @@ class LeakyBucket(Gcra):
         lease_id: str | None = None,
     ) -> tuple[State, Decision]:
         specs = plan.specs
-        single = len(specs) == 1
         tats: list[int] = []
         denied = -1
         retry = 0
@@ -48,9 +48,7 @@ class LeakyBucket(Gcra):
         infinite = False
         for i, (n, d, cap, tau) in enumerate(specs):
             nd = now * d
-            tat = nd if state is None else (state if single else state[i])
-            if tat < nd:
-                tat = nd
+            tat = gcra_tat(state, 4 * i, now, n, d, cap)
             tats.append(tat)
             queued = ceil_div(tat - nd, d)
             if queued > delay:
@@ -77,7 +75,7 @@ class LeakyBucket(Gcra):
             resets.append(ceil_div(ahead, d))
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
-            return ((tats[0] if single else tuple(tats)) if cost else state), decision
+            return (gcra_state(tats, specs) if cost else state), decision
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
 
     def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
@@ -88,7 +86,14 @@ class LeakyBucket(Gcra):
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
             nd = now * d
-            tat = nd if state is None or state < nd else state
+            if state is None:
+                tat = nd
+            elif state[1] == n and state[2] == d and state[3] == cap:
+                tat = state[0]
+                if tat < nd:
+                    tat = nd
+            else:
+                tat = gcra_tat(state, 0, now, n, d, cap)
             queued = -((nd - tat) // d)
             if cost > cap:
                 retry = INFINITE
@@ -109,7 +114,7 @@ class LeakyBucket(Gcra):
             decision = Decision(
                 (name, limits, True, -1, 0, queued, (left if left > 0 else 0,), (-(-ahead // d),), None, None)
             )
-            return (tat if cost else state), decision
+            return ((tat, n, d, cap) if cost else state), decision
 
         return decide_one
 

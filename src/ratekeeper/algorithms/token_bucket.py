@@ -1,10 +1,12 @@
 """Token bucket: ``burst`` tokens, refilled continuously at ``count`` per ``period``.
 
 Exact integer arithmetic: with ``n/d`` the reduced microseconds per token, a token is
-``n`` units and the bucket gains ``d`` units per microsecond. State:
-``(level_0, last_0, level_1, last_1, ...)`` with the level in units after the last
-refill at ``last`` (µs). The level goes below zero only through reservations made by
-``acquire`` (``max_wait`` > 0): the caller then waits until its tokens exist.
+``n`` units and the bucket gains ``d`` units per microsecond. State: per limit
+``(level, last, n, d, capacity)``, flat, with the level in units after the last refill at
+``last`` (µs) and the scale it was written at, so that a plan of other limits carries
+what was consumed (``carry.carried``). The level goes below zero only through
+reservations made by ``acquire`` (``max_wait`` > 0): the caller then waits until its
+tokens exist.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, ceil_div, rational_spec
+from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
@@ -30,17 +33,25 @@ class TokenBucket(Algorithm):
         return n, d, cap, cap * n
 
     @staticmethod
-    def _level(state: State, i: int, now: int, d: int, full: int) -> int:
+    def _level(state: State, i: int, now: int, spec: tuple[int, int, int, int]) -> int:
+        """Limit ``i``'s level at ``now`` in this plan's units: refilled at the scale the
+        state was written at, then carried to this one when it differs."""
+        n, d, cap, full = spec
         if state is None:
             return full
-        level: int = state[2 * i]
-        last: int = state[2 * i + 1]
-        elapsed = now - last
-        if elapsed <= 0:
+        o = 5 * i
+        level: int = state[o]
+        n0: int = state[o + 2]
+        d0: int = state[o + 3]
+        full0: int = state[o + 4] * n0
+        elapsed = now - state[o + 1]
+        if elapsed > 0:
+            level = full0 if elapsed >= ceil_div(full0 - level, d0) else level + elapsed * d0
+        if n0 == n and d0 == d and full0 == full:
             return level
-        if elapsed >= ceil_div(full - level, d):
+        if level >= full0:
             return full
-        return level + elapsed * d
+        return full - carried(full0 - level, n0, cap, n)
 
     def decide(
         self,
@@ -56,8 +67,9 @@ class TokenBucket(Algorithm):
         denied = -1
         wait = 0
         infinite = False
-        for i, (n, d, cap, full) in enumerate(specs):
-            level = self._level(state, i, now, d, full)
+        for i, spec in enumerate(specs):
+            n, d, cap, _ = spec
+            level = self._level(state, i, now, spec)
             levels.append(level)
             if cost > cap:
                 if not infinite:
@@ -85,9 +97,9 @@ class TokenBucket(Algorithm):
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
             new: list[int] = []
-            for i, level in enumerate(levels):
+            for i, (level, (n, d, cap, _)) in enumerate(zip(levels, specs, strict=True)):
                 # A clock that stepped back never moves the refill point back (no double refill).
-                new += (level, now if state is None or now > state[2 * i + 1] else state[2 * i + 1])
+                new += (level, now if state is None or now > state[5 * i + 1] else state[5 * i + 1], n, d, cap)
             return tuple(new), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, remaining, resets)
@@ -95,6 +107,7 @@ class TokenBucket(Algorithm):
     def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
         """One limit: the same arithmetic as ``decide`` with the constants bound."""
         n, d, cap, full = spec
+        level_of = self._level
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
@@ -102,12 +115,15 @@ class TokenBucket(Algorithm):
             if state is None:
                 level = full
                 last = now
-            else:
-                level, last = state
+            elif state[2] == n and state[3] == d and state[4] == cap:
+                level, last = state[0], state[1]
                 elapsed = now - last
                 if elapsed > 0:
                     level = full if elapsed >= -((level - full) // d) else level + elapsed * d
                     last = now
+            else:
+                level = level_of(state, 0, now, spec)
+                last = now if now > state[1] else state[1]
             need = cost * n
             if cost > cap:
                 return state, Decision(
@@ -127,7 +143,7 @@ class TokenBucket(Algorithm):
             wait = 0 if level >= need else -((level - need) // d)
             if wait == 0 or (max_wait is not None and wait <= max_wait):
                 level -= need
-                return (level, last) if cost else state, Decision(
+                return (level, last, n, d, cap) if cost else state, Decision(
                     (
                         name,
                         limits,
@@ -159,8 +175,9 @@ class TokenBucket(Algorithm):
         return decide_one
 
     def scale(self, plan: Plan) -> tuple[Any, ...]:
-        """Times (or levels) are counted in units of ``1/d`` µs (or ``n`` per token) per limit."""
-        return tuple((n, d) for n, d, _, _ in plan.specs)
+        """A state records its own scale and is carried to any other (``_level``): plans
+        with as many limits share the keys' states."""
+        return ("carried", len(plan.specs))
 
     def horizon(self, plan: Plan) -> int:
         """From empty to full: ``burst * n / d`` µs per limit (a reservation may go further)."""
@@ -170,7 +187,8 @@ class TokenBucket(Algorithm):
         if state is None:
             return None
         new: list[int] = []
-        for i, (n, d, _, full) in enumerate(plan.specs):
-            last = state[2 * i + 1]
-            new += (min(full, self._level(state, i, now, d, full) + cost * n), now if now > last else last)
+        for i, spec in enumerate(plan.specs):
+            n, d, cap, full = spec
+            last = state[5 * i + 1]
+            new += (min(full, self._level(state, i, now, spec) + cost * n), now if now > last else last, n, d, cap)
         return tuple(new)

@@ -2,45 +2,62 @@
 --
 -- spec per limit (arity 4): n, d, cap, tau   -- n/d µs per unit of cost (reduced),
 --                                            -- cap = burst, tau = cap * n
--- state: t0, ahead_1, ..., ahead_n            -- written at t0 (µs); ahead_i = tat_i - t0 * d_i
+-- state: t0, then per limit ahead, n, d, cap  -- written at t0 (µs); ahead = tat - t0 * d,
+--                                            -- with the scale it was written at
 --
+-- A state written at another scale (other limits: a reload, a quota's answer) is read as
+-- the reference's gcra_tat reads it: what it still counts, in whole units of cost rounded
+-- up, at most the new capacity (algorithms/carry.py).
 -- The reference keeps the theoretical arrival time tat in units of 1/d µs, absolute. With
 -- epoch µs from TIME, now * d would pass 2^53, so the state here is relative to the time
 -- it was written, and every quantity the decision reads (tat - now * d) stays small and
 -- exact. The decisions are the reference's, field by field.
 
--- tat - now * d for limit i, clamped at 0 (tat = max(tat, now * d)), exact.
-local function gcra_ahead(state, i, now, d)
+-- tat - now * d for limit i (spec fields at specs[o + 1 ..]), clamped at 0 (tat =
+-- max(tat, now * d)), in the units of the spec; exact.
+local function gcra_ahead(state, i, now, specs, o)
   if state == nil then
     return 0
   end
-  local a = state[i + 1]
+  local s = 4 * i - 2
+  local a, n0, d0 = state[s], state[s + 1], state[s + 2]
   local elapsed = now - state[1]
   if elapsed >= 0 then
-    local gone = elapsed * d -- may round above 2^53 only when it is far beyond a
+    local gone = elapsed * d0 -- may round above 2^53 only when it is far beyond a
     if gone >= a then
       return 0
     end
-    return a - gone
+    a = a - gone
+  else
+    a = a - elapsed * d0 -- the clock stepped back: tat is further ahead
   end
-  return a - elapsed * d -- the clock stepped back: tat is further ahead
+  local n, cap = specs[o + 1], specs[o + 3]
+  if n0 == n and d0 == specs[o + 2] and state[s + 3] == cap then
+    return a
+  end
+  local units = ceil_div(a, n0) -- carried: whole units of cost still counted, at most cap
+  if units > cap then
+    units = cap
+  end
+  return units * n
 end
 
 local function gcra_aheads(specs, n, state, now)
   local aheads = { nil } -- sized for one limit (no rehash)
   for i = 1, n do
-    aheads[i] = gcra_ahead(state, i, now, specs[4 * i - 2])
+    aheads[i] = gcra_ahead(state, i, now, specs, 4 * i - 4)
   end
   return aheads
 end
 
-local function gcra_state(now, aheads, n)
+local function gcra_state(now, aheads, n, specs)
   if n == 1 then
-    return { now, aheads[1], nil } -- sized for exp too (main.lua)
+    return { now, aheads[1], specs[1], specs[2], specs[3], nil } -- sized for exp too (main.lua)
   end
   local new = { now }
   for i = 1, n do
-    new[i + 1] = aheads[i]
+    local s, o = 4 * i - 2, 4 * i - 4
+    new[s], new[s + 1], new[s + 2], new[s + 3] = aheads[i], specs[o + 1], specs[o + 2], specs[o + 3]
   end
   return new
 end
@@ -73,19 +90,19 @@ local function gcra_refund(specs, n, state, now, cost, lease)
     local a = aheads[i] - cost * specs[4 * i - 3]
     aheads[i] = a > 0 and a or 0
   end
-  return gcra_state(now, aheads, n)
+  return gcra_state(now, aheads, n, specs)
 end
 
 ALGORITHMS["gcra"] = {
   arity = 4,
   head = 1,
-  per = 1,
+  per = 4,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local aheads = { nil } -- sized for one limit (no rehash)
     local denied, wait, infinite = -1, 0, false
     for i = 1, n do
       local o = 4 * i - 4
-      local a = gcra_ahead(state, i, now, specs[o + 2])
+      local a = gcra_ahead(state, i, now, specs, o)
       aheads[i] = a
       if cost > specs[o + 3] then
         if not infinite then
@@ -110,7 +127,7 @@ ALGORITHMS["gcra"] = {
         for i = 1, n do
           aheads[i] = aheads[i] + cost * specs[4 * i - 3]
         end
-        new = gcra_state(now, aheads, n)
+        new = gcra_state(now, aheads, n, specs)
       end
       out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, wait
       return new, true, gcra_stats(specs, n, aheads, out, at)

@@ -3,8 +3,9 @@
 --
 -- spec per limit (arity 4): n, d, cap, tau   -- as GCRA: n/d µs per unit of cost (reduced),
 --                                            -- cap = burst, tau = cap * n
--- state: t0, ahead_1, ..., ahead_n            -- GCRA's (gcra.lua): written at t0 (µs);
---                                            -- ahead_i = (time the queue is empty) - t0, in 1/d_i µs
+-- state: t0, then per limit ahead, n, d, cap  -- GCRA's (gcra.lua): written at t0 (µs);
+--                                            -- ahead = (time the queue is empty) - t0, in 1/d µs,
+--                                            -- with the scale (carried as GCRA's)
 --
 -- The state, its relative form (exact with epoch µs), the stats and the refund are GCRA's
 -- (the helpers of gcra.lua); only when a request may leave differs. An admitted request
@@ -15,14 +16,14 @@
 ALGORITHMS["leaky_bucket"] = {
   arity = 4,
   head = 1,
-  per = 1,
+  per = 4,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local aheads = { nil } -- sized for one limit (no rehash)
     local denied, retry, delay, infinite = -1, 0, 0, false
     for i = 1, n do
       local o = 4 * i - 4
       local nn, d, cap, tau = specs[o + 1], specs[o + 2], specs[o + 3], specs[o + 4]
-      local a = gcra_ahead(state, i, now, d)
+      local a = gcra_ahead(state, i, now, specs, o)
       aheads[i] = a
       local queued = ceil_div(a, d)
       if queued > delay then
@@ -49,7 +50,7 @@ ALGORITHMS["leaky_bucket"] = {
         for i = 1, n do
           aheads[i] = aheads[i] + cost * specs[4 * i - 3]
         end
-        new = gcra_state(now, aheads, n)
+        new = gcra_state(now, aheads, n, specs)
       end
       out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, delay
       return new, true, gcra_stats(specs, n, aheads, out, at)

@@ -2,28 +2,46 @@
 --
 -- spec per limit (arity 4): n, d, cap, full  -- n/d µs per token (reduced), cap = burst,
 --                                            -- full = cap * n (a token is n units)
--- state: level_1, last_1, ..., level_n, last_n  -- the reference's layout: level in
---        units after the last refill at last (µs); below 0 only through reservations
+-- state: per limit level, last, n, d, cap  -- the reference's layout: level in units
+--        after the last refill at last (µs), below 0 only through reservations, and the
+--        scale it was written at: read at another scale (other limits), the level is
+--        carried as the reference's _level does (algorithms/carry.py)
 --
 -- Every quantity stays below 2^53 with epoch µs: levels are at most full = cap * n
 -- (checked below 2^53 by the spec), times are µs, and the refill elapsed * d is computed
 -- only when it is less than full - level (else the bucket is full), so no product with
 -- now is ever formed. The decisions are the reference's, field by field.
 
--- the level of limit i at now (the reference's _level), exact
-local function tb_level(state, i, now, d, full)
+-- the level of limit i at now in the units of its spec (at specs[o + 1 ..]): the
+-- reference's _level, exact
+local function tb_level(state, i, now, specs, o)
+  local full = specs[o + 4]
   if state == nil then
     return full
   end
-  local level = state[2 * i - 1]
-  local elapsed = now - state[2 * i]
-  if elapsed <= 0 then
+  local s = 5 * i - 4
+  local level, n0, d0 = state[s], state[s + 2], state[s + 3]
+  local full0 = state[s + 4] * n0
+  local elapsed = now - state[s + 1]
+  if elapsed > 0 then
+    if elapsed >= ceil_div(full0 - level, d0) then
+      level = full0
+    else
+      level = level + elapsed * d0
+    end
+  end
+  local n, cap = specs[o + 1], specs[o + 3]
+  if n0 == n and d0 == specs[o + 2] and full0 == full then
     return level
   end
-  if elapsed >= ceil_div(full - level, d) then
+  if level >= full0 then
     return full
   end
-  return level + elapsed * d
+  local units = ceil_div(full0 - level, n0) -- carried: whole tokens still consumed, at most cap
+  if units > cap then
+    units = cap
+  end
+  return full - units * n
 end
 
 -- the refill point after a write at now: never moved back by a clock that stepped back
@@ -31,7 +49,7 @@ local function tb_last(state, i, now)
   if state == nil then
     return now
   end
-  local last = state[2 * i]
+  local last = state[5 * i - 3]
   if now > last then
     return now
   end
@@ -41,14 +59,14 @@ end
 ALGORITHMS["token_bucket"] = {
   arity = 4,
   head = 0,
-  per = 2,
+  per = 5,
   decide = function(specs, n, state, now, cost, max_wait, lease, out, at)
     local levels = { nil } -- sized for one limit (no rehash)
     local denied, wait, infinite = -1, 0, false
     for i = 1, n do
       local o = 4 * i - 4
       local d = specs[o + 2]
-      local level = tb_level(state, i, now, d, specs[o + 4])
+      local level = tb_level(state, i, now, specs, o)
       levels[i] = level
       if cost > specs[o + 3] then
         if not infinite then
@@ -93,10 +111,11 @@ ALGORITHMS["token_bucket"] = {
     if cost == 0 then
       return state, true, whole
     end
-    local new = { nil, nil, nil } -- sized for one limit and exp (main.lua)
+    local new = { nil, nil, nil, nil, nil, nil } -- sized for one limit and exp (main.lua)
     for i = 1, n do
-      new[2 * i - 1] = levels[i]
-      new[2 * i] = tb_last(state, i, now)
+      local s, o = 5 * i - 4, 4 * i - 4
+      new[s], new[s + 1] = levels[i], tb_last(state, i, now)
+      new[s + 2], new[s + 3], new[s + 4] = specs[o + 1], specs[o + 2], specs[o + 3]
     end
     return new, true, whole
   end,
@@ -107,11 +126,12 @@ ALGORITHMS["token_bucket"] = {
     end
     local new = {}
     for i = 1, n do
-      local o = 4 * i - 4
+      local s, o = 5 * i - 4, 4 * i - 4
       local full = specs[o + 4]
-      local level = tb_level(state, i, now, specs[o + 2], full) + cost * specs[o + 1]
-      new[2 * i - 1] = level < full and level or full
-      new[2 * i] = tb_last(state, i, now)
+      local level = tb_level(state, i, now, specs, o) + cost * specs[o + 1]
+      new[s] = level < full and level or full
+      new[s + 1] = tb_last(state, i, now)
+      new[s + 2], new[s + 3], new[s + 4] = specs[o + 1], specs[o + 2], specs[o + 3]
     end
     return new
   end,
