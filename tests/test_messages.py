@@ -15,6 +15,9 @@ import pytest
 
 from ratekeeper import AsyncLimiter, Limiter, Quota, RateLimitExceeded, Rule
 from ratekeeper.cli import main
+from ratekeeper.config import ConfigProblems, parse_envoy
+from ratekeeper.config.checks import unknown_unit
+from ratekeeper.config.envoy import UNIT_SECONDS
 from ratekeeper.errors import StoreError
 from servers import free_port
 
@@ -151,3 +154,30 @@ def test_a_lease_has_a_readable_repr() -> None:
         with lease:
             assert repr(lease) == f"<Lease 'jobs' key='tenant-1' cost=2: held id={lease.id!r}>"
         assert repr(lease) == f"<Lease 'jobs' key='tenant-1' cost=2: released id={lease.id!r}>"
+
+
+@pytest.mark.parametrize(
+    ("unit", "message"),
+    [
+        (
+            "minuet",
+            "unknown unit 'minuet'; did you mean 'minute'? Accepted: second, minute, hour, day, week, month, year",
+        ),
+        ("Secnd", "unknown unit 'Secnd'; did you mean 'second'? Accepted: second, minute"),
+        ("fortnight", "unknown unit 'fortnight'; accepted: second, minute, hour, day, week, month, year"),
+        (3, "unit must be a text such as 'minute', got the number 3; accepted: second, minute"),
+    ],
+)
+def test_an_unknown_envoy_unit_reads_as_english_with_a_did_you_mean(unit: object, message: str) -> None:
+    """Not "unknown unit the text 'minuet'": the unit quoted once, the closest one offered."""
+    assert unknown_unit(unit, UNIT_SECONDS).startswith(message)
+
+
+@pytest.mark.xfail(
+    strict=True, reason="config/envoy.py still spells its unit problem itself; it is to call checks.unknown_unit"
+)
+def test_the_envoy_form_reports_a_misspelt_unit_with_unknown_unit() -> None:
+    text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minuet, requests_per_unit: 1}\n"
+    with pytest.raises(ConfigProblems) as caught:
+        parse_envoy(text, "rules.yaml")
+    assert [f"rules.yaml:4: {unknown_unit('minuet', UNIT_SECONDS)}"] == list(caught.value.problems)

@@ -4,8 +4,9 @@ warning for a limit that can never bind. Each check adds its problems and return
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ratekeeper.algorithms import ALGORITHMS
@@ -27,6 +28,7 @@ __all__ = [
     "make_rule",
     "redundant_limits",
     "type_name",
+    "unknown_unit",
 ]
 
 MAX_LIMITS = 64
@@ -115,6 +117,18 @@ def check_burst(value: object, algorithm: str | None, line: int, problems: Probl
         )
         return None
     return value
+
+
+def unknown_unit(unit: object, accepted: Iterable[str]) -> str:
+    """The problem with an Envoy ``unit`` that is not one of ``accepted``:
+    ``"unknown unit 'minuet'; did you mean 'minute'? Accepted: second, minute, ..."``."""
+    choices = list(accepted)
+    listed = ", ".join(choices)
+    if not isinstance(unit, str):
+        return f"unit must be a text such as 'minute', got {type_name(unit)}; accepted: {listed}"
+    close = difflib.get_close_matches(unit.lower(), choices, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}? Accepted" if close else "; accepted"
+    return f"unknown unit {unit!r}{hint}: {listed}"
 
 
 def check_on_error(value: object, line: int, problems: Problems) -> str | None:
