@@ -1,8 +1,9 @@
 -- ratekeeper: GCRA (ratekeeper/algorithms/gcra.py), as one PL/pgSQL function.
 --
 -- Parameters (the same for every algorithm function, called by @table@_decide):
---   st        the stored state: the theoretical arrival time of each limit, in units of
---             1/d µs (numeric: now * d exceeds bigint), NULL when absent
+--   st        the stored state: per limit (tat, n, d, capacity), the theoretical arrival
+--             time in units of 1/d µs (numeric: now * d exceeds bigint) and the scale it
+--             was written at; NULL when absent
 --   ls        lease ids (unused here)
 --   now_us    now in µs
 --   spec      per limit (n, d, capacity, tau) with n/d µs per unit of cost, tau = capacity * n
@@ -20,6 +21,20 @@
 -- for any a. cost * n is a bigint once cost <= capacity (below 2^53). A one-limit call
 -- takes the fewest statements: each PL/pgSQL expression is prepared again in every
 -- transaction, so their number is most of the function's cost.
+
+-- The theoretical arrival time of limit i of state st, never before now, in the units of
+-- the spec (n, d, cap): as stored when it was written at this scale, else what it still
+-- counts carried over, in whole units of cost rounded up, at most cap (gcra.gcra_tat,
+-- carry.carried). Shared with the leaky bucket.
+CREATE OR REPLACE FUNCTION @schema@.rk_gcra_tat(st numeric[], i int, now_us bigint, n bigint, d bigint, cap bigint)
+RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE
+    WHEN st[4 * i - 3] IS NULL THEN now_us::numeric * d
+    WHEN st[4 * i - 2] = n AND st[4 * i - 1] = d AND st[4 * i] = cap THEN greatest(st[4 * i - 3], now_us::numeric * d)
+    WHEN st[4 * i - 3] - now_us::numeric * st[4 * i - 1] <= 0 THEN now_us::numeric * d
+    ELSE now_us::numeric * d
+         + least(@schema@.rk_cdiv(st[4 * i - 3] - now_us::numeric * st[4 * i - 1], st[4 * i - 2]), cap) * n
+END $$;
 
 CREATE OR REPLACE FUNCTION @schema@.rk_gcra(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
@@ -41,7 +56,11 @@ BEGIN
         d := spec[2];
         tau := spec[4];
         nd := now_us::numeric * d;
-        tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: tat = now)
+        IF st IS NULL OR (st[2] = n AND st[3] = d AND st[4] = spec[3]) THEN
+            tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: tat = now)
+        ELSE
+            tat := @schema@.rk_gcra_tat(st, 1, now_us, n, d, spec[3]);
+        END IF;
         IF cost > spec[3] THEN
             reply := ARRAY[0, 0, -1, 0, greatest(0, div(tau - tat + nd, n)), div(tat - nd + d - 1, d)];
             new_state := st;
@@ -50,13 +69,13 @@ BEGIN
         over := tat + cost * n - nd - tau;
         IF over <= 0 THEN  -- admitted now: 0 <= tat + cost * n - nd = over + tau <= tau
             reply := ARRAY[1, -1, 0, 0, div(-over, n), div(over + tau + d - 1, d)];
-            new_state := CASE WHEN cost <> 0 THEN ARRAY[tat + cost * n] ELSE st END;
+            new_state := CASE WHEN cost <> 0 THEN ARRAY[tat + cost * n, n, d, spec[3]] ELSE st END;
             RETURN;
         END IF;
         wait := div(over + d - 1, d);
         IF wait <= max_wait THEN  -- a reservation (max_wait NULL: none)
             reply := ARRAY[1, -1, 0, wait, 0, div(over + tau + d - 1, d)];
-            new_state := ARRAY[tat + cost * n];
+            new_state := ARRAY[tat + cost * n, n, d, spec[3]];
             RETURN;
         END IF;
         reply := ARRAY[0, 0, wait, 0, greatest(0, div(tau - tat + nd, n)), div(tat - nd + d - 1, d)];
@@ -81,7 +100,10 @@ BEGIN
             END IF;
             new_state := '{}';
             FOR i IN 1..cnt LOOP
-                new_state[i] := greatest(now_us::numeric * spec[4 * i - 2], st[i] - cost::numeric * spec[4 * i - 3]);
+                n := spec[4 * i - 3];
+                d := spec[4 * i - 2];
+                new_state := new_state || ARRAY[greatest(now_us::numeric * d,
+                    @schema@.rk_gcra_tat(st, i, now_us, n, d, spec[4 * i - 1]) - cost::numeric * n), n, d, spec[4 * i - 1]];
             END LOOP;
             RETURN;
         END IF;
@@ -91,7 +113,7 @@ BEGIN
             d := spec[4 * i - 2];
             tau := spec[4 * i];
             nd := now_us::numeric * d;
-            tat := greatest(st[i], nd);
+            tat := @schema@.rk_gcra_tat(st, i, now_us, n, d, spec[4 * i - 1]);
             tats[i] := tat;
             IF cost > spec[4 * i - 1] THEN
                 IF NOT infinite THEN
@@ -124,7 +146,13 @@ BEGIN
         END LOOP;
         IF allowed THEN
             reply := ARRAY[1, -1, 0, wait]::bigint[] || remaining || resets;
-            new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
+            new_state := st;
+            IF cost <> 0 THEN
+                new_state := '{}';
+                FOR i IN 1..cnt LOOP
+                    new_state := new_state || ARRAY[tats[i], spec[4 * i - 3], spec[4 * i - 2], spec[4 * i - 1]];
+                END LOOP;
+            END IF;
         ELSE
             reply := ARRAY[0, denied, CASE WHEN infinite THEN -1 ELSE wait END, 0]::bigint[] || remaining || resets;
             new_state := st;
@@ -181,7 +209,11 @@ BEGIN
         END IF;
         wall := floor(extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
         nd := coalesce(given, wall)::numeric * d;
-        ahead := greatest(st[1], nd) - nd;  -- greatest skips a NULL (no state: tat = now)
+        IF st IS NULL OR (st[2] = n AND st[3] = d AND st[4] = a[5]::bigint) THEN
+            ahead := greatest(st[1], nd) - nd;  -- greatest skips a NULL (no state: tat = now)
+        ELSE
+            ahead := @schema@.rk_gcra_tat(st, 1, coalesce(given, wall), n, d, a[5]::bigint) - nd;
+        END IF;
         over := ahead + cost::numeric * n - tau;
         IF cost > a[5]::bigint OR (over > 0 AND (a[8] = '' OR div(over + d - 1, d) > nullif(a[8], '')::bigint)) THEN
             RETURN '0,' || ahead;
@@ -195,7 +227,7 @@ BEGIN
                    + div(over + tau + d - 1, d);  -- over + tau >= 0
         IF rid IS NULL THEN
             INSERT INTO @schema@.@table@ (key, state, leases, expires_at)
-            VALUES (k, ARRAY[nd + ahead + cost::numeric * n], NULL, (expires / 1000000 + 1) * 1000000 + 10000000)
+            VALUES (k, ARRAY[nd + ahead + cost::numeric * n, n, d, a[5]::numeric], NULL, (expires / 1000000 + 1) * 1000000 + 10000000)
             ON CONFLICT (key) DO NOTHING;
             IF FOUND THEN
                 -- A new row: one in 8 also sweeps up to 100 idle ones, so the sweeping keeps
@@ -208,7 +240,7 @@ BEGIN
             CONTINUE;  -- another call created the row first: decide on it
         END IF;
         -- Never earlier than needed; when it must move, a step (10 s) further (HOT updates).
-        UPDATE @schema@.@table@ SET state = ARRAY[nd + ahead + cost::numeric * n],
+        UPDATE @schema@.@table@ SET state = ARRAY[nd + ahead + cost::numeric * n, n, d, a[5]::numeric],
             expires_at = CASE WHEN expires <= old_expires THEN old_expires
                               ELSE (expires / 1000000 + 1) * 1000000 + 10000000 END
         WHERE ctid = rid;

@@ -3,7 +3,8 @@
 --
 -- Parameters (the same for every algorithm function, called by @table@_decide):
 --   st        the stored state: per limit the time the queue is empty, in units of 1/d µs
---             (numeric: now * d exceeds bigint), NULL when absent (GCRA's state)
+--             (numeric: now * d exceeds bigint), with the scale it was written at (n, d,
+--             capacity: another scale's is carried, rk_gcra_tat); NULL when absent (GCRA's state)
 --   ls        lease ids (unused here)
 --   now_us    now in µs
 --   spec      per limit (n, d, capacity, tau) with n/d µs per unit of cost, tau = capacity * n
@@ -50,7 +51,11 @@ BEGIN
         d := spec[2];
         tau := spec[4];
         nd := now_us::numeric * d;
-        tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: the queue is empty now)
+        IF st IS NULL OR (st[2] = n AND st[3] = d AND st[4] = spec[3]) THEN
+            tat := greatest(st[1], nd);  -- greatest skips a NULL (no state: the queue is empty now)
+        ELSE
+            tat := @schema@.rk_gcra_tat(st, 1, now_us, n, d, spec[3]);  -- another scale's: carried
+        END IF;
         queued := div(tat - nd + d - 1, d);
         IF cost > spec[3] THEN
             reply := ARRAY[0, 0, -1, 0, greatest(0, div(tau - tat + nd, n)), queued];
@@ -66,7 +71,7 @@ BEGIN
         ELSE
             ahead := tat + cost * n - nd;
             reply := ARRAY[1, -1, 0, queued, div(tau - ahead, n), div(ahead + d - 1, d)];
-            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[tat + cost * n] END;
+            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[tat + cost * n, n, d, spec[3]] END;
         END IF;
         RETURN;
     END IF;
@@ -85,7 +90,7 @@ BEGIN
             d := spec[4 * i - 2];
             tau := spec[4 * i];
             nd := now_us::numeric * d;
-            tat := greatest(st[i], nd);
+            tat := @schema@.rk_gcra_tat(st, i, now_us, n, d, spec[4 * i - 1]);
             tats[i] := tat;
             queued := div(tat - nd + d - 1, d);
             IF queued > delay THEN
@@ -120,7 +125,13 @@ BEGIN
         END LOOP;
         IF denied < 0 THEN
             reply := ARRAY[1, -1, 0, delay]::bigint[] || remaining || resets;
-            new_state := CASE WHEN cost <> 0 THEN tats ELSE st END;
+            new_state := st;
+            IF cost <> 0 THEN
+                new_state := '{}';
+                FOR i IN 1..cnt LOOP
+                    new_state := new_state || ARRAY[tats[i], spec[4 * i - 3], spec[4 * i - 2], spec[4 * i - 1]];
+                END LOOP;
+            END IF;
         ELSE
             reply := ARRAY[0, denied, retry, 0]::bigint[] || remaining || resets;
             new_state := st;

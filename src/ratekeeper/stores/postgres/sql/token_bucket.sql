@@ -1,9 +1,10 @@
 -- ratekeeper: token bucket (ratekeeper/algorithms/token_bucket.py), as one PL/pgSQL function.
 --
 -- Parameters (the same for every algorithm function, called by @table@_decide):
---   st        the stored state: (level_1, last_1, level_2, last_2, ...), the level in
+--   st        the stored state: per limit (level, last, n, d, capacity), the level in
 --             units (a token is n units, the bucket gains d units per µs) after the last
---             refill at last (µs); NULL when absent (full)
+--             refill at last (µs), and the scale it was written at: read under another
+--             scale, the level is carried (rk_token_level); NULL when absent (full)
 --   ls        lease ids (unused here)
 --   now_us    now in µs
 --   spec      per limit (n, d, capacity, full) with n/d µs per token, full = capacity * n
@@ -27,6 +28,22 @@
 -- an earlier version's helper, now inlined (a PL/pgSQL call of its own per limit)
 DROP FUNCTION IF EXISTS @schema@.rk_token_level(numeric[], int, bigint, bigint, bigint);
 
+-- The level of limit i of state st at now, in the units of the spec (n, d, cap): refilled
+-- at the scale it was written at, then carried when that differs (TokenBucket._level,
+-- carry.carried: the whole tokens still consumed, rounded up, at most cap). A NULL state is full.
+CREATE OR REPLACE FUNCTION @schema@.rk_token_carry(st numeric[], i int, now_us bigint, n bigint, d bigint, cap bigint)
+RETURNS numeric LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE
+    WHEN st[5 * i - 4] IS NULL THEN (cap * n)::numeric
+    WHEN st[5 * i - 2] = n AND st[5 * i - 1] = d AND st[5 * i] = cap THEN lvl
+    WHEN lvl >= full0 THEN (cap * n)::numeric
+    ELSE cap * n - least(@schema@.rk_cdiv(full0 - lvl, st[5 * i - 2]), cap) * n
+END
+FROM (SELECT st[5 * i] * st[5 * i - 2] AS full0) f,
+LATERAL (SELECT CASE WHEN now_us > st[5 * i - 3]
+                     THEN least(f.full0, st[5 * i - 4] + (now_us - st[5 * i - 3]) * st[5 * i - 1])
+                     ELSE st[5 * i - 4] END AS lvl) l $$;
+
 CREATE OR REPLACE FUNCTION @schema@.rk_token_bucket(
     st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, max_wait bigint, lease text,
     refund boolean, OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
@@ -46,6 +63,8 @@ BEGIN
         d := spec[2];
         full_ := spec[4];
         level := CASE WHEN st IS NULL THEN full_
+                      WHEN st[3] <> n OR st[4] <> d OR st[5] <> spec[3]
+                          THEN @schema@.rk_token_carry(st, 1, now_us, n, d, spec[3])  -- another scale's
                       WHEN now_us > st[2] THEN least(full_, st[1] + (now_us - st[2]) * d)
                       ELSE st[1] END;
         IF cost > spec[3] THEN
@@ -61,7 +80,7 @@ BEGIN
             reply := ARRAY[1, -1, 0, wait, greatest(0, div(level, n)),
                            CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END];
             -- A clock that stepped back never moves the refill point back (no double refill).
-            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[level, greatest(now_us, st[2])] END;
+            new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[level, greatest(now_us, st[2]), n, d, spec[3]] END;
         ELSE
             reply := ARRAY[0, 0, wait, 0, greatest(0, div(level, n)),
                            CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END];
@@ -90,10 +109,9 @@ BEGIN
                 n := spec[4 * i - 3];
                 d := spec[4 * i - 2];
                 full_ := spec[4 * i];
-                level := CASE WHEN now_us > st[2 * i] THEN least(full_, st[2 * i - 1] + (now_us - st[2 * i]) * d)
-                              ELSE st[2 * i - 1] END;
-                new_state := new_state || least(full_::numeric, level + cost::numeric * n)
-                    || greatest(now_us::numeric, st[2 * i]);
+                level := @schema@.rk_token_carry(st, i, now_us, n, d, spec[4 * i - 1]);
+                new_state := new_state || ARRAY[least(full_::numeric, level + cost::numeric * n),
+                    greatest(now_us::numeric, st[5 * i - 3]), n, d, spec[4 * i - 1]];
             END LOOP;
             RETURN;
         END IF;
@@ -101,9 +119,7 @@ BEGIN
             n := spec[4 * i - 3];
             d := spec[4 * i - 2];
             full_ := spec[4 * i];
-            level := CASE WHEN st IS NULL THEN full_
-                          WHEN now_us > st[2 * i] THEN least(full_, st[2 * i - 1] + (now_us - st[2 * i]) * d)
-                          ELSE st[2 * i - 1] END;
+            level := @schema@.rk_token_carry(st, i, now_us, n, d, spec[4 * i - 1]);
             levels[i] := level;
             IF cost > spec[4 * i - 1] THEN
                 IF NOT infinite THEN
@@ -145,7 +161,8 @@ BEGIN
             ELSE
                 new_state := '{}';
                 FOR i IN 1..cnt LOOP
-                    new_state := new_state || levels[i] || greatest(now_us::numeric, st[2 * i]);
+                    new_state := new_state || ARRAY[levels[i], greatest(now_us::numeric, st[5 * i - 3]),
+                        spec[4 * i - 3], spec[4 * i - 2], spec[4 * i - 1]];
                 END LOOP;
             END IF;
         ELSE
