@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import contextlib
+import inspect
 import io
 import re
+import symtable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
+
+from ratekeeper import Limiter
+from ratekeeper.limiter.breaker import CircuitBreaker
+from ratekeeper.stores.postgres.sansio import PostgresOptions
+from ratekeeper.stores.redis.sansio import RedisCore
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -81,3 +89,57 @@ def test_the_quota_example_runs() -> None:
     assert quota.wait_idle(5.0)
     assert "3/minute" == str(namespace["limiter"].try_acquire(api, "acme").limit)
     quota.close()
+
+
+APPLICATION_NAMES = {"app", "billing", "customer_id"}
+"""What the snippets take from the reader's own application (the web app, the billing
+system, a request's customer id); every other name they use they import or define."""
+
+
+def names_used_not_bound(source: str) -> set[str]:
+    """The names ``source`` reads at module level or as globals inside its functions that
+    it neither imports nor assigns, and that are not builtins."""
+    top = symtable.symtable(source, "README", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    free: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        for symbol in table.get_symbols():
+            if symbol.is_referenced() and (table is top or symbol.is_global()):
+                free.add(symbol.get_name())
+        tables.extend(table.get_children())
+    return free - bound - set(dir(builtins))
+
+
+def test_every_snippet_imports_the_names_it_uses() -> None:
+    """Each Python block stands alone: copied into a file it needs only the reader's app."""
+    blocks = python_blocks()
+    assert len(blocks) >= 7
+    for block in blocks:
+        assert names_used_not_bound(block) <= APPLICATION_NAMES, block.splitlines()[0]
+
+
+def call_keywords(call: ast.Call) -> dict[str, Any]:
+    return {k.arg: ast.literal_eval(k.value) for k in call.keywords if isinstance(k.value, ast.Constant)}
+
+
+def test_the_defaults_the_readme_states_are_the_real_ones() -> None:
+    """``Limiter(..., timeout=..., on_error=..., breaker=CircuitBreaker(...))  # the defaults``
+    and "Redis 0.5 and PostgreSQL 1.0 by default" are what a limiter gets when given nothing."""
+    block = next(b for b in python_blocks() if "# the defaults" in b)
+    calls = [n for n in ast.walk(ast.parse(block)) if isinstance(n, ast.Call)]
+    limiter_call = next(c for c in calls if ast.unparse(c.func) == "Limiter")
+    breaker_call = next(c for c in calls if ast.unparse(c.func) == "CircuitBreaker")
+    stated = call_keywords(limiter_call)
+    url = ast.literal_eval(limiter_call.args[0])
+    assert url.startswith("redis://")
+    assert RedisCore(url).timeout == stated["timeout"]
+    assert inspect.signature(Limiter).parameters["on_error"].default == stated["on_error"]
+    breaker_defaults = inspect.signature(CircuitBreaker).parameters
+    for name, value in call_keywords(breaker_call).items():
+        assert breaker_defaults[name].default == value, name
+    sentence = re.search(r"Redis ([\d.]+) and PostgreSQL ([\d.]+) by default", README)
+    assert sentence is not None
+    assert float(sentence.group(1)) == RedisCore("redis://localhost:6379/0").timeout
+    assert float(sentence.group(2)) == PostgresOptions("postgresql://app@db/app").timeout
