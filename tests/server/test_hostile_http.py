@@ -41,9 +41,9 @@ descriptors:
 """
 ADMIN_SECRET = "ops-secret-" + "y" * 24
 READ_TIMEOUT = 3
-RSS_GROWTH_MB = 32
+RSS_GROWTH_MB = 16
 """What this module's hostile traffic may add to the service's resident memory
-(measured: under 5 MB); a server that buffered the bodies it refuses would grow more."""
+(measured: 0.8 MB); a server that buffered the bodies it refuses would grow more."""
 
 
 @pytest.fixture(scope="module")
