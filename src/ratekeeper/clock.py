@@ -10,7 +10,12 @@ import asyncio
 import time
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "SystemClock"]
+__all__ = ["EPOCH_OFFSET_NS", "Clock", "SystemClock"]
+
+EPOCH_OFFSET_NS = time.time_ns() - time.monotonic_ns()
+"""What turns the monotonic clock into Unix time, read once: ``SystemClock`` counts from the
+Unix epoch (so the memory store's fixed windows start where Redis's and PostgreSQL's do,
+on the wall clock's minute, hour...) and still never steps back."""
 
 
 @runtime_checkable
@@ -30,12 +35,12 @@ class Clock(Protocol):
 
 
 class SystemClock:
-    """The process's monotonic clock."""
+    """The process's monotonic clock, counted from the Unix epoch (``EPOCH_OFFSET_NS``)."""
 
     __slots__ = ()
 
     def now_us(self) -> int:
-        return time.monotonic_ns() // 1000
+        return (time.monotonic_ns() + EPOCH_OFFSET_NS) // 1000
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:

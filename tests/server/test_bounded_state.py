@@ -131,6 +131,7 @@ def test_a_flood_leaves_the_memory_store_holding_only_the_kept_override_tables(
     process of the same code: one ``Service`` on a real event loop, answering gRPC."""
     from ratekeeper.limiter.async_limiter import AsyncLimiter
     from ratekeeper.metrics import Metrics
+    from ratekeeper.config.envoy import parse_envoy
     from ratekeeper.server.catalog import build_catalog
     from ratekeeper.server.envoy import overrides_of
     from ratekeeper.server.envoy import should_rate_limit as answer
@@ -139,7 +140,9 @@ def test_a_flood_leaves_the_memory_store_holding_only_the_kept_override_tables(
 
     store = MemoryStore()
     m = Metrics()
-    service = Service(AsyncLimiter(store, observer=ServiceObserver(m)), m, build_catalog([]))
+    # overrides apply only to a domain the service knows (as in Envoy)
+    catalog = build_catalog([("rules.yaml", parse_envoy(ENVOY))])
+    service = Service(AsyncLimiter(store, observer=ServiceObserver(m)), m, catalog)
 
     async def run() -> None:
         for start in range(10, 10 + 8_000, MAX_DESCRIPTORS):

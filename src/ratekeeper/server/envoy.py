@@ -36,19 +36,22 @@ before any override rule is made: a bad request leaves nothing behind.
 
 from __future__ import annotations
 
+import time
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envoy.service.ratelimit.v3 import rls_pb2  # type: ignore[import-untyped]
 from google.protobuf import json_format  # type: ignore[import-untyped]
 
 from ratekeeper.bounded import BoundedCache
-from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.config.envoy import UNIT_SECONDS
+from ratekeeper.decision import INFINITE
 from ratekeeper.keys import bounded_key
 from ratekeeper.limit import Limit
 from ratekeeper.rule import Rule
-from ratekeeper.server.core import Item, decide_together
+from ratekeeper.server.envoy_charging import Slot, Verdict, charge, charging_for, overall_ok
 from ratekeeper.server.inputs import MAX_COST
 from ratekeeper.server.problems import BadInput
 from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
@@ -92,11 +95,11 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
     entries: list[list[tuple[str, str]]] = []
     for i, descriptor in enumerate(request.descriptors):
         pairs = [(e.key, e.value) for e in descriptor.entries]
-        if not pairs or any(not k for k, _ in pairs):
-            raise BadInput(400, f"descriptor {i} has no entries or an entry without a key", "entries with a key each")
+        if any(not k for k, _ in pairs):
+            raise BadInput(400, f"descriptor {i} has an entry without a key", "entries with a key each")
         entries.append(pairs)
     config = service.catalog.envoy.get(request.domain)
-    limits = config.resolve_all(entries) if config is not None else [None] * n
+    limits: list[Any] = config.resolve_all(entries) if config is not None else [None] * n
 
     hits_of: list[int] = []
     overridden: dict[int, tuple[int, int]] = {}  # descriptor -> its override's size and unit
@@ -106,45 +109,71 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
             raise BadInput(400, f"descriptor {i} adds {hits} hits", f"hits_addend of at most {MAX_COST}")
         hits_of.append(hits)
         if descriptor.HasField("limit"):
-            overridden[i] = _checked_override(descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
+            checked = _checked_override(descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
+            if config is not None:  # as in Envoy, an unknown domain applies no limit, overridden or not
+                overridden[i] = checked
 
     # Every check passed: only now are override rules made (or found) and used.
     overrides = overrides_of(service) if overridden else None
-    items: list[Item] = []
-    placed: list[int | None] = []  # descriptor -> its item
+    answers: list[_Answer] = []
+    slots: list[Slot] = []
     for i, hits in enumerate(hits_of):
-        found = limits[i]
-        rule: Rule | None = None if found is None else found.rule
+        found = limits[i] if entries[i] else None
         if overrides is not None and i in overridden:
+            # An override is a plain limit, never shadow nor quota, and has no name (as in Envoy).
             rule = overrides.rule(request.domain, *overridden[i])
-        elif found is None or found.unlimited:
-            rule = None
-        if rule is None:
-            placed.append(None)
-            continue
-        key = found.key if found is not None else ".".join(f"{k}_{v}" if v else k for k, v in entries[i])
-        placed.append(len(items))
-        shadow = found is not None and found.shadow
-        items.append(Item(rule, bounded_key(key), max(hits, 0), shadow=shadow, peek=hits == 0))
+            key = found.key if found is not None else ".".join(f"{k}_{v}" if v else k for k, v in entries[i])
+            answers.append(_Answer(slot=len(slots)))
+            slots.append(Slot(rule, bounded_key(key), hits))
+        elif found is None:
+            answers.append(_Answer())
+        elif found.unlimited:
+            answers.append(_Answer(unlimited=True))
+        elif getattr(found, "blocked", False) or found.rule is None:
+            answers.append(_Answer(blocked=found))
+        else:
+            answers.append(_Answer(slot=len(slots), name=getattr(found, "name", "")))
+            slots.append(
+                Slot(
+                    found.rule,
+                    bounded_key(found.key),
+                    hits,
+                    shadow=bool(found.shadow),
+                    quota=bool(getattr(found, "quota_mode", False)),
+                )
+            )
 
     try:
-        outcome = await decide_together(service.limiter, items)
+        verdicts = await charge(service.limiter, slots, charging_for(service, config))
     finally:
         if overrides is not None:
             overrides.settle((request.domain, *size_unit) for size_unit in overridden.values())
-    response = Response(overall_code=Response.OK if outcome.allowed else Response.OVER_LIMIT)
-    for index in placed:
+    outcomes: list[tuple[bool, bool, bool]] = []  # (shadow, quota, over) of each limited descriptor
+    for answer in answers:
+        if answer.slot is not None:
+            slot = slots[answer.slot]
+            outcomes.append((slot.shadow, slot.quota, verdicts[answer.slot].over))
+        elif answer.blocked is not None:
+            outcomes.append((bool(answer.blocked.shadow), bool(getattr(answer.blocked, "quota_mode", False)), True))
+    # The service-wide shadow mode (Envoy's SHADOW_MODE) lets the request through; each
+    # descriptor's status still says what it would have been.
+    ok = overall_ok(outcomes) or bool(getattr(config, "global_shadow", False))
+    response = Response(overall_code=Response.OK if ok else Response.OVER_LIMIT)
+    for answer in answers:
         status = response.statuses.add()
         status.code = Response.OK
-        if index is None:
-            continue
-        decision, item = outcome.decisions[index], items[index]
-        if not decision.allowed and not item.shadow:
-            status.code = Response.OVER_LIMIT
-        _describe(status, decision)
-    enforced = [d for d, item in zip(outcome.decisions, items, strict=True) if not item.shadow]
+        if answer.unlimited:
+            status.limit_remaining = UNLIMITED_REMAINING
+        elif answer.blocked is not None:
+            _describe_blocked(status, answer.blocked)
+        elif answer.slot is not None:
+            slot, verdict = slots[answer.slot], verdicts[answer.slot]
+            if verdict.over and not slot.shadow:
+                status.code = Response.OVER_LIMIT
+            _describe(status, verdict, slot.rule, answer.name)
+    enforced = [v.decision for s, v in zip(slots, verdicts, strict=True) if not s.shadow]
     fields = ratelimit_fields(enforced) + x_ratelimit_fields(enforced)
-    if not outcome.allowed:
+    if not ok:
         retry = retry_after_seconds(enforced)
         if retry is not None:
             fields.append(("Retry-After", str(retry)))
@@ -153,8 +182,24 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
     return response
 
 
-def _describe(status: Any, decision: Decision) -> None:
-    """``current_limit``, ``limit_remaining`` and ``duration_until_reset`` of one decision."""
+UNLIMITED_REMAINING = 2**32 - 1
+"""``limit_remaining`` of an unlimited descriptor, as Envoy answers it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """How one descriptor is answered: by its slot's verdict, as unlimited, as blocked
+    (``requests_per_unit: 0``: over without asking the store), or with no limit."""
+
+    slot: int | None = None
+    name: str = ""
+    unlimited: bool = False
+    blocked: Any = None
+
+
+def _describe(status: Any, verdict: Verdict, rule: Rule, name: str) -> None:
+    """``current_limit``, ``limit_remaining`` and ``duration_until_reset`` of one verdict."""
+    decision = verdict.decision
     limits = decision.rule_limits
     if not limits:
         return
@@ -163,14 +208,34 @@ def _describe(status: Any, decision: Decision) -> None:
         remaining = decision.remaining_each
         i = min(range(len(limits)), key=lambda j: (remaining[j], -decision.reset_us[j]))
     limit = limits[i]
-    status.current_limit.name = decision.rule
+    status.current_limit.name = name
     status.current_limit.requests_per_unit = min(limit.count, 2**32 - 1)
     status.current_limit.unit = _UNIT_OF_SECONDS.get(limit.period_us, RateLimit.UNKNOWN)
-    status.limit_remaining = max(0, min(decision.remaining_each[i], 2**32 - 1))
+    left = 0 if verdict.over else decision.remaining_each[i] + verdict.unspent
+    status.limit_remaining = max(0, min(left, 2**32 - 1))
     us = decision.reset_us[i]
-    if i == decision.denied_index and decision.retry_us != INFINITE:
-        us = decision.retry_us
+    if i == decision.denied_index and decision.retry_us != INFINITE and rule.algorithm != "fixed_window":
+        us = decision.retry_us  # a bucket frees room before it is whole again
+    if us <= 0 and rule.algorithm == "fixed_window":
+        us = _window_left_us(limit.period_us)  # nothing counted yet: the window still ends on the clock
     status.duration_until_reset.FromMicroseconds(max(0, us))
+
+
+def _describe_blocked(status: Any, found: Any) -> None:
+    """A ``requests_per_unit: 0`` limit: over (OK in shadow mode) with nothing left."""
+    status.code = Response.OK if found.shadow else Response.OVER_LIMIT
+    status.current_limit.name = getattr(found, "name", "")
+    status.current_limit.requests_per_unit = 0
+    seconds = UNIT_SECONDS.get(str(getattr(found, "unit", "") or "").lower())
+    status.current_limit.unit = _UNIT_OF_SECONDS.get(seconds * 1_000_000, RateLimit.UNKNOWN) if seconds else 0
+    if seconds:
+        status.duration_until_reset.FromMicroseconds(_window_left_us(seconds * 1_000_000))
+
+
+def _window_left_us(period_us: int) -> int:
+    """Until the end of the current window of ``period_us``, windows counted from the Unix
+    epoch as every store counts them."""
+    return period_us - time.time_ns() // 1000 % period_us
 
 
 def _checked_override(requests: int, unit: int, i: int) -> tuple[int, int]:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.clock import Clock, SystemClock
+from ratekeeper.clock import EPOCH_OFFSET_NS, Clock, SystemClock
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.op import DECIDE, Op
 from ratekeeper.stores.bounds import check_op
@@ -202,7 +202,8 @@ class MemoryStore:
 
     ``max_keys`` bounds the keys kept per rule (least recently used evicted first);
     ``stripes`` (a power of two) is the number of independent locks per rule; ``clock``
-    gives "now" in microseconds (``SystemClock``: the monotonic clock).
+    gives "now" in microseconds (``SystemClock``: the monotonic clock counted from the Unix
+    epoch, so fixed windows align as on the server stores).
     """
 
     def __init__(self, max_keys: int = 1_000_000, stripes: int = 64, clock: Clock | None = None) -> None:
@@ -289,7 +290,7 @@ class MemoryStore:
             return self.decide_fields(mode, plan, key, cost, max_wait, lease_id, now)
         try:
             if now is None:
-                now = _monotonic_ns() // 1000 if self._system_clock else self._now()
+                now = (_monotonic_ns() + EPOCH_OFFSET_NS) // 1000 if self._system_clock else self._now()
             state = stripe.young.get(key, _MISSING)
             if state is not _MISSING:
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
