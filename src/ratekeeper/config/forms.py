@@ -33,5 +33,6 @@ def parse_any(text: str, source: str = "<string>") -> RuleSet | EnvoyConfig:
 
 def load_any(path: str | os.PathLike[str]) -> RuleSet | EnvoyConfig:
     """The file's ``RuleSet`` (native form) or ``EnvoyConfig`` (top-level ``domain``);
-    ``ConfigProblems`` listing every problem otherwise."""
+    ``ConfigProblems`` listing every problem otherwise. A file with Envoy's ``descriptors``
+    but no ``domain`` is reported as an Envoy file that lacks its domain."""
     return load_file(path, parse_any)
