@@ -27,13 +27,13 @@ BILLION_LAUGHS = "".join(
 BILLION_LAUGHS = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + BILLION_LAUGHS + "rules: *i\n"
 
 
-def native(uid: str, limit: str = "1000/minute", fillers: int = 12) -> str:
-    """``fillers`` rules, then ``{uid}.last``: cut anywhere before its end, the file that
-    still reads has no ``{uid}.last``."""
+def native(uid: str, limit: str = "1000/minute", fillers: int = 12, last: str = "") -> str:
+    """``fillers`` rules, then ``{uid}.last`` (or ``last``): cut anywhere before its end,
+    the file that still reads has no ``{uid}.last``."""
     text = "rules:\n"
     for i in range(fillers):
         text += f"  - name: {uid}.f{i}\n    match: {{path: /f{i}}}\n    limits: [{limit}]\n"
-    return text + f"  - name: {uid}.last\n    limits: [{limit}]\n"
+    return text + f"  - name: {last or uid + '.last'}\n    limits: [{limit}]\n"
 
 
 def envoy(uid: str, name: str | None = None) -> str:
@@ -180,9 +180,10 @@ def test_a_rules_file_rewritten_in_place_never_yields_an_unknown_rule(serve: Cal
 
 
 def test_a_native_rule_and_an_envoy_rate_limit_of_one_name_are_refused_at_start(tmp_path: Path, uid: str) -> None:
-    clash = f"{uid}.last"
+    # An Envoy rate limit's rule is named by its descriptor path (its YAML name is a label).
+    clash = f"{uid}-d.k"
     try:
-        start_server(tmp_path, rules=[native(uid), envoy(uid, name=clash)])
+        start_server(tmp_path, rules=[native(uid, last=clash), envoy(uid, name="any")])
     except RuntimeError as exc:
         message = str(exc)
     else:  # pragma: no cover - the failure the test is about
@@ -196,10 +197,10 @@ def test_a_native_rule_and_an_envoy_rate_limit_of_one_name_are_refused_at_start(
 def test_a_name_clash_at_reload_is_refused_and_the_old_rules_stay(serve: Callable[..., Served], uid: str) -> None:
     served = serve(rules=[native(uid), envoy(uid)])
     before = rule_names(served)
-    replace(served.rules[1], envoy(uid, name=f"{uid}.f3"))
+    replace(served.rules[0], native(uid, last=f"{uid}-d.k"))  # the Envoy limit's descriptor path
     wait_until(lambda: ("file changed", False) in reloads(served), 15, "the refused reload")
     refused = next(e for e in served.events() if e.get("event") == "reload" and e.get("ok") is False)
-    assert f"{served.rules[1]}:3: the rate limit '{uid}.f3' has the name of the rule at {served.rules[0]}:" in str(
+    assert f"{served.rules[1]}:3: the rate limit '{uid}-d.k' has the name of the rule at {served.rules[0]}:" in str(
         refused["error"]
     )
     assert rule_names(served) == before

@@ -1,7 +1,9 @@
 """``Catalog``: the rules the service answers with, as loaded from its rules files.
 
 The native form (``rules:``) names the rules of ``/v1/*``; each Envoy-form file
-(``domain:``) serves one domain of the gRPC service and of ``POST /json``. A reload
+(``domain:``) serves one domain of the gRPC service and of ``POST /json`` (several files
+of one domain are merged when the service is told to, as Envoy's ``MERGE_DOMAIN_CONFIG``).
+The service-wide shadow mode (Envoy's ``SHADOW_MODE``) is set on every domain. A reload
 builds a whole new ``Catalog`` and swaps it in one assignment, so a request sees the old
 rules or the new ones, never a mix; a file that fails to load leaves the old catalog.
 """
@@ -12,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ratekeeper.config.envoy import EnvoyConfig
+from ratekeeper.config.envoy import EnvoyConfig, merge_envoy
 from ratekeeper.config.model import RuleSet
 from ratekeeper.errors import ConfigurationError
 
@@ -40,7 +42,7 @@ class Catalog:
         """The names of the rules in shadow mode, for the metrics."""
         names = [r.name for r in self.rules if r.shadow]
         for config in self.envoy.values():
-            names += [n.rule.name for n in config.nodes if n.shadow and n.rule is not None]
+            names += [n.rule.name for n in config.nodes if (n.shadow or config.global_shadow) and n.rule is not None]
         return names
 
     def describe(self) -> dict[str, Any]:
@@ -62,12 +64,16 @@ class Catalog:
         }
 
 
-def build_catalog(loaded: Sequence[tuple[str, RuleSet | EnvoyConfig]]) -> Catalog:
+def build_catalog(
+    loaded: Sequence[tuple[str, RuleSet | EnvoyConfig]], merge_domains: bool = False, shadow: bool = False
+) -> Catalog:
     """The catalog of loaded rules files (``(path, rules)`` pairs): at most one of the
-    native form, any number of the Envoy form with distinct domains, and no two rules of
-    one name; else ``ConfigurationError``."""
+    native form, any number of the Envoy form with distinct domains (or, with
+    ``merge_domains``, files of one domain merged), and no two rules of one name; else
+    ``ConfigurationError``. ``shadow`` puts every Envoy domain in shadow mode."""
     native: RuleSet | None = None
     envoy: dict[str, EnvoyConfig] = {}
+    merged: dict[str, list[EnvoyConfig]] = {}
     for path, rules in loaded:
         if isinstance(rules, RuleSet):
             if native is not None:
@@ -77,19 +83,25 @@ def build_catalog(loaded: Sequence[tuple[str, RuleSet | EnvoyConfig]]) -> Catalo
                 )
             native = rules
             continue
-        if rules.domain in envoy:
+        if rules.domain in envoy and not merge_domains:
             raise ConfigurationError(
-                f"{path}: domain {rules.domain!r} is already served by {envoy[rules.domain].source}"
+                f"{path}: domain {rules.domain!r} is already served by {envoy[rules.domain].source}; "
+                "give each domain one file, or merge them (--merge-domains, MERGE_DOMAIN_CONFIG=true)"
             )
+        merged.setdefault(rules.domain, []).append(rules)
         envoy[rules.domain] = rules
+    for domain, configs in merged.items():
+        config = merge_envoy(configs) if len(configs) > 1 else configs[0]
+        envoy[domain] = config.shadowed() if shadow else config
     _check_names(native, envoy.values())
     return Catalog(native or RuleSet(()), envoy, tuple(path for path, _ in loaded))
 
 
 def _check_names(native: RuleSet | None, envoy: Iterable[EnvoyConfig]) -> None:
     """A rule's name is its state's namespace in the store, so two rules of one name (a
-    native rule and an Envoy descriptor's rate limit, or the limits of two domains named
-    alike) would count against each other: refused, naming both places."""
+    native rule named like an Envoy descriptor's path) would count against each other:
+    refused, naming both places. Envoy rules are named by their descriptor paths, which
+    differ between domains and descriptors, whatever their YAML ``name``."""
     where: dict[str, str] = {}
     if native is not None:
         where = {r.name: r.origin or native.source for r in native}
@@ -102,5 +114,6 @@ def _check_names(native: RuleSet | None, envoy: Iterable[EnvoyConfig]) -> None:
             if other != node.origin:
                 raise ConfigurationError(
                     f"{node.origin}: the rate limit {name!r} has the name of the rule at {other}; rules that "
-                    "share a name share their counts: rename one of them (an Envoy rate limit takes name: ...)"
+                    "share a name share their counts: rename the native rule (an Envoy rate limit's rule is "
+                    "named by its descriptor path, domain.key_value...)"
                 )

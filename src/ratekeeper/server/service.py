@@ -23,14 +23,48 @@ from ratekeeper.rule import Rule
 from ratekeeper.server.catalog import Catalog, build_catalog
 from ratekeeper.server.logs import log
 
-__all__ = ["PROBE", "RulesFiles", "Service", "ServiceObserver", "redact", "rules_paths", "summary"]
+__all__ = [
+    "PROBE",
+    "RULES_SUFFIXES",
+    "RulesFiles",
+    "Service",
+    "ServiceObserver",
+    "redact",
+    "rules_files",
+    "rules_paths",
+    "summary",
+]
 
 PROBE = Rule("ratekeeper.readyz", ["1/s"], on_error="raise")
 """The rule ``/readyz`` and gRPC health checking peek (never charged) to reach the store."""
 
 
+RULES_SUFFIXES = (".yaml", ".yml")
+"""The files of a rules directory that are read (dot files are skipped, as editors' and
+Envoy's runtime loader leave them)."""
+
+
+def rules_files(paths: Sequence[str]) -> list[str]:
+    """The rules files named by ``paths``: a file as it is, a directory as every
+    ``*.yaml`` / ``*.yml`` file directly in it, by name; ``OSError`` when one cannot be listed."""
+    out: list[str] = []
+    for path in paths:
+        if os.path.isdir(path):
+            names = sorted(n for n in os.listdir(path) if n.endswith(RULES_SUFFIXES) and not n.startswith("."))
+            out += [os.path.join(path, name) for name in names]
+        else:
+            out.append(path)
+    return out
+
+
 class RulesFiles:
     """The service's rules files and the ``Catalog`` they make together.
+
+    ``paths`` are files or directories; a directory stands for the rules files in it, listed
+    again at each look, so a file added or removed there, or the directory swapped for
+    another by renaming a symlink over it (Envoy's runtime layout), is picked up.
+    ``merge_domains`` merges the files of one domain (Envoy's ``MERGE_DOMAIN_CONFIG``);
+    ``shadow`` is the service-wide shadow mode (Envoy's ``SHADOW_MODE``).
 
     ``reload`` (blocking: the service runs it on a worker thread) takes the files that
     changed, each once it has stood still for ``settle`` seconds
@@ -40,33 +74,50 @@ class RulesFiles:
     until a file changes.
     """
 
-    def __init__(self, paths: Sequence[str], settle: float = SETTLE) -> None:
+    def __init__(
+        self, paths: Sequence[str], settle: float = SETTLE, merge_domains: bool = False, shadow: bool = False
+    ) -> None:
         self.paths = list(paths)
         self.settle = settle
-        self._signatures = [signature(path) for path in self.paths]
-        self._rules = [load_any(path) for path in self.paths]
-        self._tried = tuple(self._signatures)
+        self.merge_domains = merge_domains
+        self.shadow = shadow
+        try:
+            self.files = rules_files(self.paths)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot list the rules directory: {exc}") from None
+        self._signatures = [signature(path) for path in self.files]
+        self._rules = [load_any(path) for path in self.files]
+        self._tried = (tuple(self.files), tuple(self._signatures))
 
     def catalog(self) -> Catalog:
         """The catalog of the files as loaded; ``ConfigurationError`` when they conflict."""
-        return build_catalog(list(zip(self.paths, self._rules, strict=True)))
+        return self._build(self.files, self._rules)
+
+    def _build(self, files: list[str], rules: list[RuleSet | EnvoyConfig]) -> Catalog:
+        return build_catalog(list(zip(files, rules, strict=True)), self.merge_domains, self.shadow)
 
     def reload(self, force: bool) -> Catalog | str | None:
         """The catalog of the files' new content, or the error (text) that refused it;
         None when no file changed since the last try (or one is still being written).
         ``force`` (SIGHUP) loads every file again, changed or not, waiting a little longer
         for a file being written."""
-        now = tuple(signature(path) for path in self.paths)
-        if not force and now == self._tried:
+        try:
+            files = rules_files(self.paths)
+        except OSError as exc:  # a directory mid-swap: looked at again at the next tick
+            return f"cannot list the rules directory: {exc}" if force else None
+        now = tuple(signature(path) for path in files)
+        if not force and (tuple(files), now) == self._tried:
             return None
+        known = dict(zip(self.files, zip(self._signatures, self._rules, strict=True), strict=True))
         rounds = FORCED_ROUNDS if force else 1
         signatures: list[Signature | None] = []
         rules: list[RuleSet | EnvoyConfig] = []
         errors: list[str] = []
-        for i, path in enumerate(self.paths):
-            if not force and now[i] == self._signatures[i]:
-                signatures.append(self._signatures[i])
-                rules.append(self._rules[i])
+        for i, path in enumerate(files):
+            before = known.get(path)
+            if not force and before is not None and now[i] == before[0]:
+                signatures.append(before[0])
+                rules.append(before[1])
                 continue
             try:
                 loaded = load_settled(path, load_any, self.settle, rounds)
@@ -82,14 +133,14 @@ class RulesFiles:
             else:
                 assert loaded.rules is not None
                 rules.append(loaded.rules)
-        self._tried = tuple(signatures)
+        self._tried = (tuple(files), tuple(signatures))
         if errors:
             return "\n".join(errors)
         try:
-            catalog = build_catalog(list(zip(self.paths, rules, strict=True)))
+            catalog = self._build(files, rules)
         except ConfigurationError as exc:
             return str(exc)
-        self._signatures, self._rules = signatures, rules
+        self.files, self._signatures, self._rules = files, signatures, rules
         return catalog
 
 
@@ -200,8 +251,8 @@ def redact(url: str) -> str:
 
 
 def rules_paths(value: str | Sequence[str] | None) -> list[str]:
-    """The rules files of ``--rules`` (repeatable) or ``RATEKEEPER_RULES`` (paths separated
-    by ``os.pathsep``)."""
+    """The rules files and directories of ``--rules`` (repeatable) or ``RATEKEEPER_RULES``
+    (paths separated by ``os.pathsep``)."""
     if value is None:
         return []
     items = value.split(os.pathsep) if isinstance(value, str) else list(value)
