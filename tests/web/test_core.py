@@ -210,8 +210,11 @@ def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
         limiter.close()
     assert read.allowed and "allow" == read.decisions[0].fallback
     assert not denied.allowed and "deny" == denied.decisions[0].fallback
-    assert 429 == denied.status
-    assert "login" == json.loads(denied.body)["rule"]
+    # not a quota: the limiter is unavailable (503, its own problem type, no quota headers)
+    assert 503 == denied.status
+    assert "urn:ratekeeper:problem:limiter-unavailable" == json.loads(denied.body)["type"]
+    assert ["login"] == json.loads(denied.body)["rules"]
+    assert [] == [h for h in read.headers if "ratelimit" in h[0].lower()]
 
 
 def test_rules_given_as_bare_rules_apply_to_every_request_with_one_key() -> None:

@@ -49,9 +49,16 @@ def test_several_limits_and_rules_are_list_members_and_parse() -> None:
     assert ["r.1s.0", "r.1s.1"] == policy_names("r", Rule("r", ["1/s", "2/s"]).limits)
 
 
-def test_sub_second_windows_advertise_at_least_one_second() -> None:
+def test_windows_that_are_not_whole_seconds_are_advertised_exactly_or_not_at_all() -> None:
+    """``w`` is whole seconds: a limit is scaled to the shortest whole-second window that
+    holds a whole number of its windows (10/100ms is 100 a second, not 10), or left out."""
     d = decisions(["10/100ms"], 1)[0]
-    assert {"r": {"q": 10, "w": 1}} == sf(dict(ratelimit_fields([d]))["RateLimit-Policy"])
+    assert {"r": {"q": 100, "w": 1}} == sf(dict(ratelimit_fields([d]))["RateLimit-Policy"])
+    d = decisions(["10/1500ms"], 1)[0]
+    assert {"r": {"q": 20, "w": 3}} == sf(dict(ratelimit_fields([d]))["RateLimit-Policy"])
+    assert [] == ratelimit_fields(decisions(["10/1234567us"], 1))
+    two = decisions(["1/1234567us", "5/s"], 1)[0]
+    assert {"r.1s": {"q": 5, "w": 1}} == sf(dict(ratelimit_fields([two]))["RateLimit-Policy"])
 
 
 def test_x_ratelimit_reports_the_refusing_limit_and_retry_after_rounds_up() -> None:

@@ -6,7 +6,9 @@ Routes (``ROUTES``; ``openapi.py`` describes each one):
   nothing); 200 when admitted, 429 when refused; the body is the decision
   (``Decision.as_dict()``; a batch: ``{"allowed", "decisions": [...]}``) and the headers
   are those of a rate-limited response (``RateLimit-Policy``, ``RateLimit``,
-  ``X-RateLimit-*``, ``Retry-After`` on a refusal).
+  ``X-RateLimit-*``, ``Retry-After`` on a refusal), built by the one headers function of
+  ``ratekeeper.web.headers`` and decided by the one request transaction of
+  ``ratekeeper.limiter.transaction`` (``core.py``), as the web middleware's are.
 - ``POST /v1/peek``, ``/v1/refund``, ``/v1/reset``; ``GET /v1/rules``.
 - ``GET /healthz`` (the process answers), ``/readyz`` (the store answers; 503 when not),
   ``/metrics`` (Prometheus), ``/openapi.json``.
@@ -37,7 +39,7 @@ from typing import Any
 from ratekeeper.decision import Decision
 from ratekeeper.errors import InvalidRequest, StoreError
 from ratekeeper.server.auth import bearer_secret
-from ratekeeper.server.core import Item, Outcome, decide_together
+from ratekeeper.server.core import Item, answer_headers, decide_together
 from ratekeeper.server.envoy import envoy_json
 from ratekeeper.server.inputs import MAX_BODY, parse_json, read_check, read_checks, read_refund, read_reset
 from ratekeeper.server.logs import log
@@ -46,7 +48,6 @@ from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
 from ratekeeper.server.store_api import decide_store_call, explicit_now_allowed
 from ratekeeper.server.surfaces import OPEN_PATHS, Surface, store_namespace
-from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
 
 __all__ = ["ROUTES", "HttpApp", "Request", "Response"]
 
@@ -91,16 +92,6 @@ def _decision_doc(decision: Decision, shadow: bool) -> dict[str, Any]:
     return doc
 
 
-def _limit_headers(outcome: Outcome, items: list[Item]) -> list[tuple[str, str]]:
-    enforced = [d for d, item in zip(outcome.decisions, items, strict=True) if not item.shadow]
-    headers = ratelimit_fields(enforced) + x_ratelimit_fields(enforced)
-    if not outcome.allowed:
-        retry = retry_after_seconds(enforced)
-        if retry is not None:
-            headers.append(("Retry-After", str(retry)))
-    return headers
-
-
 async def check(app: HttpApp, request: Request) -> Response:
     read = read_checks(request.body, app.service.catalog.rules)
     checks = read if isinstance(read, list) else [read]
@@ -109,7 +100,7 @@ async def check(app: HttpApp, request: Request) -> Response:
     status = 200 if outcome.allowed else 429
     docs = [_decision_doc(d, item.shadow) for d, item in zip(outcome.decisions, items, strict=True)]
     doc = {"allowed": outcome.allowed, "decisions": docs} if isinstance(read, list) else docs[0]
-    return json_response(status, doc, _limit_headers(outcome, items))
+    return json_response(status, doc, answer_headers(outcome))
 
 
 async def peek(app: HttpApp, request: Request) -> Response:

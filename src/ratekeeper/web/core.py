@@ -45,9 +45,11 @@ Options (the same names in every integration):
   ``callable(view, http_rule) -> int | None`` (None: the rule's own cost), or a mapping of
   rule name to any of those (a callable there takes ``view`` only).
 - ``refund_statuses``: response statuses (e.g. ``range(500, 600)``) whose charges are given back.
-- ``shadow``: True (every rule) or rule names: decided and charged but never refusing,
-  never in headers. Each shadow rule is its own transaction, apart from the enforced ones.
-- ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families.
+- ``shadow``: True (every rule) or rule names: decided but never refusing, never in
+  headers; charged only when the request is admitted (``ratekeeper.limiter.transaction``).
+- ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families;
+  ``x_ratelimit_reset``: ``"seconds"`` (from now, the default) or ``"epoch"`` (Unix
+  time) for ``X-RateLimit-Reset`` (``ratekeeper.web.headers``).
 - ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
   the 429 (the rate-limit headers are still added unless switched off). Header names and
   values may be ``str`` or ``bytes``; an answer that is not a valid response (a status
@@ -61,16 +63,24 @@ How one request is decided: the rules whose ``match`` fits, in order; each rende
 page; a key longer than a store accepts is bounded by ``ratekeeper.keys.bounded_key``; a
 cost template the request does not fill with ASCII digits charges ``MISSING_COST``, 1, so
 leaving the header out never dodges a rule); a rule's exempt key leaves that rule out;
-then ONE all-or-nothing ``try_acquire_many`` for
-the enforced rules (a refusal charges none of them) and one transaction per shadow rule.
-The logic is written once as a generator (``check_flow``) that yields the batches to
-decide; ``check_sync`` / ``check_async`` only run them (the shape of
-``ratekeeper.limiter.flows``).
+then the request's transaction (``ratekeeper.limiter.transaction``, the same as the
+service's): ONE all-or-nothing ``try_acquire_many`` for the enforced rules, and the shadow
+rules charged only when that admitted the request; a refused request charges nothing.
+The logic is written once as a generator (``check_flow``) that yields the calls to make;
+``check_sync`` / ``check_async`` only run them (the shape of ``ratekeeper.limiter.flows``).
+
+A request refused because the store is unreachable and a rule fails closed (``on_error:
+deny``) is answered 503 ``limiter-unavailable`` (``ratekeeper.web.problem``), not 429.
+
+Several checks of one request (the middleware, then a FastAPI dependency of the route)
+share a ``RequestLedger`` (``LEDGER``, in the ASGI scope): the response carries one set of
+rate-limit headers, for every rule that admitted it, written by the outermost check; and
+when an inner check refuses, what the outer ones charged is given back, so a refusal
+charges nothing anywhere.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import re
@@ -89,27 +99,32 @@ from ratekeeper.keys import bounded_key
 from ratekeeper.limit import MAX_COUNT
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.transaction import Entry, Outcome, Step, drive_async, drive_sync, transaction
 from ratekeeper.rule import Rule
 from ratekeeper.web.client_ip import ClientAddress, Networks
-from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
-from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
+from ratekeeper.web.headers import HeaderOptions, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.problem import (
+    LIMITER_UNAVAILABLE_STATUS,
+    PROBLEM_CONTENT_TYPE,
+    problem_body,
+    unavailable_body,
+)
 
 __all__ = [
+    "LEDGER",
     "Charge",
     "CheckFlow",
     "DenyResponse",
     "RateLimitCore",
+    "RequestLedger",
     "RequestView",
     "Verdict",
     "WebMetrics",
 ]
 
-Item = tuple[Rule, str, int]
-"""One (rule, key, cost) of a batch given to ``try_acquire_many``."""
-
-CheckFlow = Generator[tuple[tuple[Item, ...], ...], Sequence[BatchDecision], "Verdict"]
-"""Yields the batches to decide (the enforced one first, possibly empty, then one per
-shadow rule); receives their ``BatchDecision``s in that order; returns the verdict."""
+CheckFlow = Generator[Step, Sequence[BatchDecision | Decision], "Verdict"]
+"""Yields the calls of the request's transaction (``ratekeeper.limiter.transaction``);
+receives their answers; returns the verdict."""
 
 DenyResponse = Callable[[Sequence[Decision]], tuple[int, Iterable[tuple[str | bytes, str | bytes]], bytes | str]]
 
@@ -204,6 +219,12 @@ class Verdict:
     charges: tuple[Charge, ...] = ()
     skipped: tuple[str, ...] = ()
     exempt: bool = False
+    rules: tuple[Rule, ...] = ()  # the rule of each of ``decisions``
+
+    @property
+    def enforced(self) -> tuple[tuple[Rule, Decision], ...]:
+        """(rule, decision) of every enforced rule, what the headers describe."""
+        return tuple(zip(self.rules, self.decisions, strict=True))
 
     @property
     def denied(self) -> tuple[Decision, ...]:
@@ -251,10 +272,15 @@ class RateLimitCore:
         shadow: bool | Iterable[str] = False,
         ratelimit_headers: bool = True,
         x_ratelimit_headers: bool = True,
+        x_ratelimit_reset: str = "seconds",
         deny_response: DenyResponse | None = None,
         metrics: Any = None,
         reload_interval: float = 1.0,
     ) -> None:
+        try:
+            self.header_options = HeaderOptions(ratelimit_headers, x_ratelimit_headers, x_ratelimit_reset)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
         self.asynchronous = asynchronous
         self.metrics = metrics
         self.owns_limiter = limiter is None  # close only a limiter made here
@@ -323,41 +349,35 @@ class RateLimitCore:
             return EXEMPT
         if not prepared.enforced and not prepared.shadow:
             return Verdict(True, skipped=prepared.skipped) if prepared.skipped else PASS
-        batches = (
-            tuple((r.rule, key, cost) for r, key, cost in prepared.enforced),
-            *(((r.rule, key, cost),) for r, key, cost in prepared.shadow),
-        )
-        answers = yield batches
-        return self._verdict(prepared, answers[0], answers[1:])
+        entries = [Entry(r.rule, key, cost) for r, key, cost in prepared.enforced]
+        entries += [Entry(r.rule, key, cost, shadow=True) for r, key, cost in prepared.shadow]
+        outcome = yield from transaction(entries)
+        return self._verdict(prepared, outcome)
 
     def check_sync(self, view: RequestView) -> Verdict:
         """Decide ``view`` with the blocking ``Limiter``."""
         limiter = self.limiter
         assert isinstance(limiter, Limiter), "check_sync needs asynchronous=False"
-        flow = self.check_flow(view)
-        try:
-            batches = next(flow)
-            while True:
-                answers = [limiter.try_acquire_many(b) if b else BatchDecision(()) for b in batches]
-                batches = flow.send(answers)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return drive_sync(limiter, self.check_flow(view))
 
     async def check_async(self, view: RequestView) -> Verdict:
-        """Decide ``view`` with the ``AsyncLimiter``; the batches of one step run concurrently."""
+        """Decide ``view`` with the ``AsyncLimiter``; the calls of one step run concurrently."""
         limiter = self.limiter
         assert isinstance(limiter, AsyncLimiter), "check_async needs asynchronous=True"
-        flow = self.check_flow(view)
-        try:
-            batches = next(flow)
-            while True:
-                if len(batches) == 1:
-                    answers: Sequence[BatchDecision] = [await _many(limiter, batches[0])]
-                else:
-                    answers = await asyncio.gather(*(_many(limiter, b) for b in batches))
-                batches = flow.send(answers)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
+        return await drive_async(limiter, self.check_flow(view))
+
+    def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
+        """One set of rate-limit headers for a request admitted by several checks (the
+        middleware's and a dependency's): every enforced rule of them, the tightest first."""
+        enforced = [pair for v in verdicts for pair in v.enforced]
+        return rate_limit_headers(enforced, allowed=True, options=self.header_options)
+
+    async def undo_async(self, verdict: Verdict) -> None:
+        """Give back everything ``verdict`` charged (the request was refused further in)."""
+        limiter = self.limiter
+        assert isinstance(limiter, AsyncLimiter), "undo_async needs asynchronous=True"
+        for c in verdict.charges:
+            await limiter.refund(c.rule, c.key, c.cost, lease_id=c.lease_id)
 
     def releases(self, verdict: Verdict, status: int) -> list[Charge]:
         """What to give back once the app answered ``status``: every charge when the status
@@ -452,40 +472,32 @@ class RateLimitCore:
             return MISSING_COST if cost is None else cost
         return _as_cost(chosen)
 
-    def _verdict(self, prepared: _Prepared, batch: BatchDecision, shadow_answers: Sequence[BatchDecision]) -> Verdict:
-        decisions = batch.decisions
-        allowed = all(d.allowed for d in decisions)
-        shadow = tuple(a.decisions[0] for a in shadow_answers)
-        charges: list[Charge] = []
+    def _verdict(self, prepared: _Prepared, outcome: Outcome) -> Verdict:
+        n = len(prepared.enforced)
+        decisions = outcome.decisions[:n]
+        shadow = outcome.decisions[n:]
+        rules = tuple(entry.rule for entry in outcome.entries[:n])
+        charges = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
+        allowed = outcome.allowed
+        headers = rate_limit_headers(
+            [(e.rule, d) for e, d in outcome.enforced], allowed=allowed, options=self.header_options
+        )
         if allowed:
-            charges += [
-                Charge(r.rule, key, cost, d.lease_id)
-                for (r, key, cost), d in zip(prepared.enforced, decisions, strict=True)
-            ]
-        charges += [
-            Charge(r.rule, key, cost, d.lease_id)
-            for (r, key, cost), d in zip(prepared.shadow, shadow, strict=True)
-            if d.allowed
-        ]
-        headers: list[tuple[str, str]] = []
-        if self.ratelimit_headers:
-            headers += ratelimit_fields(decisions)
-        if self.x_ratelimit_headers:
-            headers += x_ratelimit_fields(decisions)
-        if allowed:
-            return Verdict(True, tuple(headers), 200, b"", decisions, shadow, tuple(charges), prepared.skipped)
+            return Verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules=rules)
         denied = tuple(d for d in decisions if not d.allowed)
         custom = None if self.deny_response is None else _custom_denial(self.deny_response, denied)
         if custom is not None:
             status, extra, data = custom
-            headers += extra
+            # the caller's answer says itself when to retry (or not)
+            headers = [h for h in headers if h[0] != "Retry-After"] + extra
         else:
-            retry = retry_after_seconds(denied)
             headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
-            if retry is not None:
-                headers.append(("Retry-After", str(retry)))
-            status, data = 429, problem_body(denied, retry)
-        return Verdict(False, tuple(headers), status, data, decisions, shadow, tuple(charges), prepared.skipped)
+            retry = retry_after_seconds(denied)
+            if any(d.fallback == "deny" for d in denied):
+                status, data = LIMITER_UNAVAILABLE_STATUS, unavailable_body(denied, retry)
+            else:
+                status, data = 429, problem_body(denied, retry)
+        return Verdict(False, tuple(headers), status, data, decisions, shadow, charges, prepared.skipped, rules=rules)
 
     def needs_finish(self, verdict: Verdict) -> bool:
         """Whether ``finish_*`` has anything to do for ``verdict`` (refunds configured, or leases held)."""
@@ -494,8 +506,27 @@ class RateLimitCore:
         return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
 
 
-async def _many(limiter: AsyncLimiter, batch: tuple[Item, ...]) -> BatchDecision:
-    return await limiter.try_acquire_many(batch) if batch else BatchDecision(())
+LEDGER = "ratekeeper.ledger"
+"""The ASGI scope key of a request's ``RequestLedger``."""
+
+
+@dataclass(slots=True)
+class RequestLedger:
+    """The checks of one request so far, outermost first: ``admitted`` (the core and its
+    verdict) and whether an inner check refused it (see the module docstring)."""
+
+    admitted: list[tuple[RateLimitCore, Verdict]] = field(default_factory=list)
+    refused: bool = False
+
+    async def refuse_async(self) -> None:
+        """An inner check refused the request: give back what the outer ones charged."""
+        self.refused = True
+        admitted, self.admitted = self.admitted, []
+        for core, verdict in admitted:
+            await core.undo_async(verdict)
+
+    def verdicts(self) -> list[Verdict]:
+        return [verdict for _, verdict in self.admitted]
 
 
 class _Lookup:

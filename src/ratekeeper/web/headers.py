@@ -1,34 +1,70 @@
-"""The rate-limit headers of a response (DESIGN.md 5.3).
+"""The rate-limit headers of a response: ``rate_limit_headers``, the one function that
+the web integrations (``web.core``) and the service (``server.http_app``, ``server.envoy``)
+build them with.
 
-Two families, each of which can be switched off:
+Two families, each of which can be switched off (``HeaderOptions``):
 
 - ``RateLimit-Policy`` and ``RateLimit``, the structured fields of
   draft-ietf-httpapi-ratelimit-headers-11: one list member per limit of every enforced
   rule that decided the request. A rule with one limit is one policy named after the
   rule (``"items.list";q=1;w=2`` and ``"items.list";r=0;t=2``); a rule with several
   limits names each after the rule and the limit's window (``"auth.create_token.60s"``,
-  ``"auth.create_token.3s"``). ``q`` is the limit's count, ``w`` its period and ``t``
-  the seconds until more quota (the refusing limit's retry time on a denial, else the
-  time until the limit is whole again), all whole seconds rounded up (``w`` at least 1).
+  ``"auth.create_token.3s"``). ``t`` is the seconds until more quota (the refusing
+  limit's retry time on a denial, else the time until the limit is whole again), rounded
+  up.
 - ``X-RateLimit-Limit`` / ``-Remaining`` / ``-Reset``: one limit only, the one that
-  refused (the latest to free up, when several did) or else the one with the least left;
-  ``-Reset`` in seconds from now, rounded up.
+  refused (the latest to free up, when several did) or else the one with the least left.
+  ``-Reset`` is, by default, the number of seconds from now (rounded up); with
+  ``HeaderOptions(reset="epoch")`` it is the Unix time in whole seconds (rounded up) at
+  which that is, as flask-limiter, slowapi and GitHub send it.
 
-``Retry-After`` (a denial only) is the time until every refusing rule admits the
-request again, in whole seconds rounded up and never 0; it is left out when the cost can
-never be admitted (it exceeds a limit's capacity).
+What the headers say is true, or they say nothing:
+
+- A policy is advertised only when it states the limit exactly in whole seconds (``w``
+  is an integer in the draft): ``10/100ms`` is ``q=100;w=1`` (the same rate over the
+  shortest whole-second window that holds a whole number of the limit's windows) and
+  ``10/1500ms`` is ``q=20;w=3``. A window that needs more than ``MAX_SCALE`` of itself to
+  make whole seconds (``1/1234567us``) is left out of both fields: no whole-second policy
+  states it. ``RateLimit``'s ``r`` is what the limit still admits now, in its own window.
+- Concurrency rules are not rates (a lease is held for the request, not for a window):
+  they are left out of every quota header. Their refusal still has ``Retry-After``.
+- A decision made by the failure policy while the store was unreachable (``allow`` or
+  ``deny``) knows nothing of the quota: no quota header is sent for it. A ``deny`` refusal
+  has ``Retry-After`` set to the circuit breaker's remaining cool-down. (``local``
+  decisions are real counts of the process's own fallback limiter and are reported.)
+- A cost that can never be admitted (more than a limit's capacity) has nothing left for
+  it: ``r=0`` and ``X-RateLimit-Remaining: 0``, and ``t`` / ``-Reset`` the time until the
+  limit's window is whole again (the limit's whole window when nothing is counted yet),
+  never 0, which would tell the client to retry at once. ``Retry-After`` is left out:
+  waiting does not help.
+
+``Retry-After`` (a refusal only) is the time until every refusing rule admits the
+request again, in whole seconds rounded up and never 0.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING, Literal
 
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
+if TYPE_CHECKING:
+    from ratekeeper.rule import Rule
+
 __all__ = [
+    "DEFAULT_HEADERS",
+    "MAX_SCALE",
+    "HeaderOptions",
+    "advertised",
+    "exact_policy",
     "policy_names",
+    "rate_limit_headers",
     "ratelimit_fields",
     "retry_after_seconds",
     "sf_string",
@@ -37,6 +73,29 @@ __all__ = [
 ]
 
 _US = 1_000_000
+MAX_SCALE = 1000
+"""The most windows of a limit that a policy may add up to make whole seconds."""
+
+UNINFORMED = frozenset({"allow", "deny"})
+"""The failure policies whose decisions know nothing of the quota."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeaderOptions:
+    """Which headers to send, and how ``X-RateLimit-Reset`` counts (see the module docstring)."""
+
+    ratelimit: bool = True
+    x_ratelimit: bool = True
+    reset: Literal["seconds", "epoch"] = "seconds"
+
+    def __post_init__(self) -> None:
+        if self.reset not in ("seconds", "epoch"):
+            raise ValueError(
+                f"x_ratelimit_reset must be 'seconds' (seconds from now) or 'epoch' (Unix time), got {self.reset!r}"
+            )
+
+
+DEFAULT_HEADERS = HeaderOptions()
 
 
 def whole_seconds(us: int) -> int:
@@ -63,30 +122,56 @@ def _window(limit: Limit) -> str:
     return f"{us // _US}s" if us % _US == 0 else f"{us // 1000}ms" if us % 1000 == 0 else f"{us}us"
 
 
+def exact_policy(limit: Limit) -> tuple[int, int] | None:
+    """``(q, w)``: ``limit`` as a quota over whole seconds, exactly; None when none is.
+
+    The shortest whole-second window that holds a whole number ``k`` of the limit's
+    windows, with ``k`` times its count (``10/100ms`` -> ``(100, 1)``)."""
+    k = _US // math.gcd(limit.period_us, _US)
+    if k > MAX_SCALE:
+        return None
+    return limit.count * k, limit.period_us * k // _US
+
+
 def _limit_t(decision: Decision, i: int) -> int:
     """``t`` of limit ``i``: seconds until it admits more (see the module docstring)."""
-    if i == decision.denied_index and decision.retry_us != INFINITE:
-        return max(1, whole_seconds(decision.retry_us))
+    if i == decision.denied_index:
+        if decision.retry_us != INFINITE:
+            return max(1, whole_seconds(decision.retry_us))
+        # Never admissible: nothing comes back for this cost; say when the window is whole.
+        return max(1, whole_seconds(decision.reset_us[i] or decision.rule_limits[i].period_us))
     return whole_seconds(decision.reset_us[i])
 
 
+def _limit_r(decision: Decision, i: int) -> int:
+    if i == decision.denied_index and decision.retry_us == INFINITE:
+        return 0
+    return max(0, decision.remaining_each[i])
+
+
 @lru_cache(maxsize=1024)
-def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[str, ...], str]:
-    """(the sf-String of each limit's policy name, the rule's ``RateLimit-Policy`` members).
+def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[tuple[int, str], ...], str]:
+    """(the index and sf-String name of each advertised limit, the rule's ``RateLimit-Policy``
+    members).
 
     Cached: both depend only on the rule's name and limits (bounded by the configuration,
     and by ``maxsize`` for per-key quotas), and building them is most of a header's cost.
     """
-    items = tuple(sf_string(name) for name in policy_names(rule, limits))
-    members = ", ".join(
-        f"{item};q={limit.count};w={max(1, whole_seconds(limit.period_us))}"
-        for item, limit in zip(items, limits, strict=True)
-    )
-    return items, members
+    names = policy_names(rule, limits)
+    items: list[tuple[int, str]] = []
+    members: list[str] = []
+    for i, limit in enumerate(limits):
+        exact = exact_policy(limit)
+        if exact is None:
+            continue
+        item = sf_string(names[i])
+        items.append((i, item))
+        members.append(f"{item};q={exact[0]};w={exact[1]}")
+    return tuple(items), ", ".join(members)
 
 
 def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` for the enforced decisions of one request.
+    """``RateLimit-Policy`` and ``RateLimit`` for the advertised decisions of one request.
 
     One member per policy: when several decisions of a request share a rule and limits
     (a batch checking several keys of one rule), the field names the policy once and
@@ -100,10 +185,11 @@ def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
         if not limits:
             continue  # a key that no limit applies to: nothing to advertise
         items, members = _policy(d.rule, limits)
+        if not items:
+            continue
         policy.setdefault(members, members)
-        remaining = d.remaining_each
-        for i, item in enumerate(items):
-            now = (max(0, remaining[i]), _limit_t(d, i))
+        for i, item in items:
+            now = (_limit_r(d, i), _limit_t(d, i))
             seen = state.get(item)
             if seen is None or (now[0], -now[1]) < (seen[0], -seen[1]):
                 state[item] = now
@@ -133,17 +219,22 @@ def _reported(decisions: Sequence[Decision]) -> tuple[Decision, int] | None:
     return best
 
 
-def x_ratelimit_fields(decisions: Sequence[Decision]) -> list[tuple[str, str]]:
-    """``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` for the enforced decisions."""
+def x_ratelimit_fields(
+    decisions: Sequence[Decision], reset: str = "seconds", now: Callable[[], float] = time.time
+) -> list[tuple[str, str]]:
+    """``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` for the advertised decisions;
+    ``reset``: ``"seconds"`` from now or ``"epoch"`` (Unix time, ``now()`` the clock)."""
     reported = _reported(decisions)
     if reported is None:
         return []
     d, i = reported
     limit = d.rule_limits[i]
+    t = _limit_t(d, i)
+    value = t if reset == "seconds" else math.ceil(now()) + t
     return [
         ("X-RateLimit-Limit", str(limit.count)),
-        ("X-RateLimit-Remaining", str(max(0, d.remaining_each[i]))),
-        ("X-RateLimit-Reset", str(_limit_t(d, i))),
+        ("X-RateLimit-Remaining", str(_limit_r(d, i))),
+        ("X-RateLimit-Reset", str(value)),
     ]
 
 
@@ -157,3 +248,33 @@ def retry_after_seconds(decisions: Iterable[Decision]) -> int | None:
             return None
         worst = max(worst, d.retry_us)
     return max(1, whole_seconds(worst))
+
+
+def advertised(enforced: Iterable[tuple[Rule, Decision]]) -> list[Decision]:
+    """The decisions that quota headers may describe: not a concurrency rule's, not one
+    the failure policy made up while the store was unreachable."""
+    return [d for rule, d in enforced if rule.algorithm != "concurrency" and d.fallback not in UNINFORMED]
+
+
+def rate_limit_headers(
+    enforced: Iterable[tuple[Rule, Decision]],
+    *,
+    allowed: bool,
+    options: HeaderOptions = DEFAULT_HEADERS,
+    now: Callable[[], float] = time.time,
+) -> list[tuple[str, str]]:
+    """Every rate-limit header of one request's answer, from its enforced rules and their
+    decisions (shadow rules are never in headers): the quota fields of the advertised
+    decisions (``advertised``) and, when the request was refused, ``Retry-After``."""
+    pairs = list(enforced)
+    shown = advertised(pairs)
+    headers: list[tuple[str, str]] = []
+    if options.ratelimit:
+        headers += ratelimit_fields(shown)
+    if options.x_ratelimit:
+        headers += x_ratelimit_fields(shown, options.reset, now)
+    if not allowed:
+        retry = retry_after_seconds(d for _, d in pairs)
+        if retry is not None:
+            headers.append(("Retry-After", str(retry)))
+    return headers

@@ -6,6 +6,12 @@ Fields: ``type``, ``title``, ``status`` (429), ``detail`` (for people), ``violat
 ``rule`` (the refusing rule that frees up last), ``limit`` (its refusing limit, e.g.
 ``"1/3s"``) and ``retry_after`` (whole seconds, the value of ``Retry-After``; null when
 the cost can never be admitted).
+
+A request refused because the limiter could not decide (its store unreachable, and a rule's
+``on_error: deny``) is not over any quota: it is answered ``503`` with the problem type
+``LIMITER_UNAVAILABLE`` (``unavailable_body``), ``Retry-After`` the circuit breaker's
+remaining cool-down, and no quota headers, so clients and dashboards can tell an outage
+from a client over its limit.
 """
 
 from __future__ import annotations
@@ -17,11 +23,24 @@ from typing import Any
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.web.headers import policy_names
 
-__all__ = ["PROBLEM_CONTENT_TYPE", "QUOTA_EXCEEDED", "QUOTA_EXCEEDED_TITLE", "problem", "problem_body"]
+__all__ = [
+    "LIMITER_UNAVAILABLE",
+    "LIMITER_UNAVAILABLE_STATUS",
+    "PROBLEM_CONTENT_TYPE",
+    "QUOTA_EXCEEDED",
+    "QUOTA_EXCEEDED_TITLE",
+    "problem",
+    "problem_body",
+    "unavailable_body",
+]
 
 PROBLEM_CONTENT_TYPE = "application/problem+json"
 QUOTA_EXCEEDED = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
+# A URN: a stable name that no one has to host (RFC 9457 only asks for a URI).
+LIMITER_UNAVAILABLE = "urn:ratekeeper:problem:limiter-unavailable"
+LIMITER_UNAVAILABLE_TITLE = "The rate limiter cannot decide: its store is unreachable"
+LIMITER_UNAVAILABLE_STATUS = 503
 
 
 def problem(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> dict[str, Any]:
@@ -53,3 +72,21 @@ def problem(denied: Sequence[Decision], retry_after: int | None, status: int = 4
 def problem_body(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> bytes:
     """``problem(...)`` as UTF-8 JSON."""
     return json.dumps(problem(denied, retry_after, status), separators=(",", ":")).encode()
+
+
+def unavailable_body(denied: Sequence[Decision], retry_after: int | None) -> bytes:
+    """The problem document of a request refused because the limiter's store is unreachable
+    and a refusing rule fails closed (``on_error: deny``)."""
+    rules = sorted({d.rule for d in denied if d.fallback == "deny"})
+    doc = {
+        "type": LIMITER_UNAVAILABLE,
+        "title": LIMITER_UNAVAILABLE_TITLE,
+        "status": LIMITER_UNAVAILABLE_STATUS,
+        "detail": (
+            f"The rate limiter's store is unreachable and rule {', '.join(map(repr, rules))} refuses requests "
+            f"then (on_error: deny); this is not a quota. Retry in {retry_after} s."
+        ),
+        "rules": rules,
+        "retry_after": retry_after,
+    }
+    return json.dumps(doc, separators=(",", ":")).encode()
