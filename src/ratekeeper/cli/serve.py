@@ -9,6 +9,7 @@ import os
 
 from ratekeeper.errors import RateKeeperError
 from ratekeeper.rule import POLICIES
+from ratekeeper.server.envoy_charging import CHARGING, service_charging
 
 __all__ = ["add_parser", "run"]
 
@@ -37,6 +38,8 @@ ENV = {
     "grpc_idle_timeout": "RATEKEEPER_GRPC_IDLE_TIMEOUT",
     "on_error": "RATEKEEPER_ON_ERROR",
     "over_limit_cache": "RATEKEEPER_OVER_LIMIT_CACHE",
+    "merge_domains": "MERGE_DOMAIN_CONFIG",
+    "shadow_mode": "SHADOW_MODE",
 }
 """The environment variable read for each option the command line leaves out."""
 
@@ -68,9 +71,24 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument(
         "--rules",
         action="append",
-        metavar="FILE",
-        help="a rules file, native or Envoy form (repeatable: one native file, one Envoy file per domain; "
-        f"{ENV['rules']} takes paths separated by {os.pathsep!r})",
+        metavar="PATH",
+        help="a rules file, native or Envoy form, or a directory of them (every *.yaml and *.yml in it, listed "
+        "again at each look, so a symlink swapped to another directory reloads; repeatable: one native file, "
+        f"one Envoy file per domain unless --merge-domains; {ENV['rules']} takes paths separated by {os.pathsep!r})",
+    )
+    p.add_argument(
+        "--merge-domains",
+        action="store_true",
+        default=None,
+        help="merge Envoy files of one domain (their descriptors side by side) instead of refusing the second "
+        "(Envoy's MERGE_DOMAIN_CONFIG)",
+    )
+    p.add_argument(
+        "--shadow-mode",
+        action="store_true",
+        default=None,
+        help="service-wide shadow mode for the Envoy domains: every descriptor is decided and counted, no "
+        "request is refused (Envoy's SHADOW_MODE)",
     )
     p.add_argument("--store", help="store URL (default: memory://)")
     p.add_argument("--host", help="address of the decision surface, HTTP and gRPC (default: 127.0.0.1)")
@@ -109,6 +127,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--on-error",
         choices=POLICIES,
         help="what answers when the store fails (default: raise: HTTP 503, gRPC UNAVAILABLE; rules may override)",
+    )
+    p.add_argument(
+        "--envoy-charging",
+        choices=CHARGING,
+        help="which descriptors of an Envoy request are charged when one is over its limit, for the domains "
+        "whose file does not say (default: envoy, every one that fits; stop_over_limit: none, as Envoy's "
+        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT=true, also read; transaction: ratekeeper's one decision)",
     )
     p.add_argument(
         "--over-limit-cache",
@@ -212,5 +237,8 @@ def run(args: argparse.Namespace) -> int:
         grpc_limits=grpc_limits,
         on_error=on_error,
         over_limit_cache=_flag(args.over_limit_cache, env.get(ENV["over_limit_cache"])),
+        envoy_charging=service_charging(args.envoy_charging, env),
+        merge_domains=_flag(args.merge_domains, env.get(ENV["merge_domains"])),
+        shadow_mode=_flag(args.shadow_mode, env.get(ENV["shadow_mode"])),
     )
     return serve(settings)

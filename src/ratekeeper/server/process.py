@@ -32,6 +32,7 @@ from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.metrics import Metrics
 from ratekeeper.server.auth import TokenSource
 from ratekeeper.server.envoy import overrides_of
+from ratekeeper.server.envoy_charging import set_service_charging
 from ratekeeper.server.examples import EXAMPLE_ENVOY, EXAMPLE_RULES, example_catalog
 from ratekeeper.server.grpc_service import GrpcLimits, Health, build_grpc_server
 from ratekeeper.server.http_app import HttpApp
@@ -87,6 +88,9 @@ class Settings:
     grpc_limits: GrpcLimits = dataclasses.field(default_factory=GrpcLimits)
     on_error: str = "raise"
     over_limit_cache: bool = False
+    envoy_charging: str | None = None  # None: each Envoy file's own, else "envoy"
+    merge_domains: bool = False
+    shadow_mode: bool = False
 
 
 @dataclass(slots=True)
@@ -112,7 +116,11 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     """Run the service until SIGTERM or SIGINT; ``ready`` is set once both servers listen."""
     configure()
     metrics = Metrics()
-    files = RulesFiles(list(settings.rules)) if settings.rules else None
+    files = (
+        RulesFiles(list(settings.rules), merge_domains=settings.merge_domains, shadow=settings.shadow_mode)
+        if settings.rules
+        else None
+    )
     catalog = files.catalog() if files is not None else example_catalog()
     limiter = AsyncLimiter(
         settings.store,
@@ -125,6 +133,7 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     if settings.store_api:  # the rules store-API clients send: bounded, evictions counted
         metrics.watch_cache("store_api_rules", PLANS.cache)
     service = Service(limiter, metrics, catalog, files, settings.store)
+    set_service_charging(service, settings.envoy_charging)
     overrides_of(service)  # Envoy limit overrides: bounded, their metrics shown from the start
     try:
         await _run(service, settings, ready)
@@ -211,6 +220,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
         store=redact(settings.store),
         on_error=settings.on_error,
         over_limit_cache=service.limiter.over_limit_cache is not None,
+        envoy_charging=settings.envoy_charging,
         **summary(service.catalog),
     )
     if ready is not None:
