@@ -1,30 +1,30 @@
 """Envoy's rate-limit protocol (``envoy.service.ratelimit.v3``), for gRPC and ``POST /json``.
 
 ``should_rate_limit(service, request)`` answers one ``RateLimitRequest`` with one
-``RateLimitResponse``, as Envoy's reference service does, with one difference: the
-descriptors of a request are decided as ONE transaction (``core.decide_together``):
-when any enforced descriptor is over its limit, none is charged, where the reference
-service charges every descriptor it checked.
+``RateLimitResponse`` as Envoy's reference service does (docs/service.md lists where it
+deliberately differs).
 
 - The domain's Envoy-form rules file resolves each descriptor (``EnvoyConfig.resolve_all``,
-  ``replaces`` applied). A descriptor that no limit matches, an ``unlimited`` one, and
-  every descriptor of an unknown domain are ``OK`` with no ``current_limit``.
+  ``replaces`` applied). A descriptor that no limit matches, one without entries, and every
+  descriptor of an unknown domain (a ``limit`` override too) are ``OK`` with no
+  ``current_limit``; an ``unlimited`` one is ``OK`` with 4294967295 left; a
+  ``requests_per_unit: 0`` one is over its limit without asking the store.
 - Hits: the request's ``hits_addend`` (0 means 1, as in Envoy), overridden per descriptor
-  by its ``hits_addend`` (a wrapper: set to 0, the descriptor is checked without being
-  charged, a peek whose status says whether one more hit would pass).
+  by its ``hits_addend`` (a wrapper: set to 0, the descriptor only reports what is left).
 - A descriptor's ``limit`` override (``requests_per_unit`` per ``unit``) replaces the
-  configured limit for that descriptor with a fixed window of that size, as in Envoy.
-  Each distinct (domain, size, unit) is a rule the client made: the service keeps at
-  most ``MAX_OVERRIDE_RULES`` of them (``OverrideRules``), the least recently used
-  evicted first, with its state in the memory store (the state a Redis or PostgreSQL
-  store keeps expires on its own). While a rule is kept, every request with the same
-  override shares its counters, as in Envoy; an evicted one starts again from zero. The
-  metrics show the bound and the evictions (``cache="envoy_overrides"``) and count the
+  configured limit for that descriptor with a fixed window of that size, as in Envoy: a
+  plain limit without a name. Each distinct (domain, size, unit) is a rule the client made:
+  the service keeps at most ``MAX_OVERRIDE_RULES`` of them (``OverrideRules``), the least
+  recently used evicted first, with its state in the memory store (the state a Redis or
+  PostgreSQL store keeps expires on its own). While a rule is kept, every request with the
+  same override shares its counters, as in Envoy; an evicted one starts again from zero.
+  The metrics show the bound and the evictions (``cache="envoy_overrides"``) and count the
   decisions of override rules under ``rule="_other"``.
-- ``shadow_mode`` descriptors are decided and counted but always ``OK``.
+- Which descriptors are charged, and the overall code (``shadow_mode``, ``quota_mode``):
+  ``envoy_charging``; the service-wide shadow mode lets every request through.
 - Each status: ``code``, ``current_limit`` (the limit that refused, else the tightest:
-  ``name``, ``requests_per_unit``, ``unit``), ``limit_remaining``,
-  ``duration_until_reset`` (for a refusal: until the cost fits again).
+  ``name`` as the YAML writes it, ``requests_per_unit``, ``unit``), ``limit_remaining`` (0
+  when over), ``duration_until_reset`` (to the end of the epoch-aligned window).
 - ``response_headers_to_add``: ``RateLimit-Policy``, ``RateLimit``, ``X-RateLimit-*`` and
   ``Retry-After`` on a refusal (DESIGN 5.3), for the enforced, limited descriptors.
 
