@@ -17,9 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ratekeeper.config import ConfigProblems, EnvoyConfig, parse_envoy
 from ratekeeper.config.envoy import UNIT_SECONDS
+from ratekeeper.config.envoy_match import wildcard_match
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.server.catalog import build_catalog
 
@@ -665,3 +668,28 @@ def test_a_star_value_matches_an_empty_value_as_envoy_does() -> None:
     """)
     found = config.resolve(e("k="))
     assert found is not None and found.requests_per_unit == 3
+
+
+def test_config_check_describes_a_blocked_descriptor() -> None:
+    """``ratekeeper config check`` shows ``requests_per_unit: 0`` as blocked, not as unlimited."""
+    from ratekeeper.cli.config import describe_envoy_node
+
+    config = _text("""
+        domain: d
+        descriptors:
+          - key: ip
+            value: 1.2.3.4
+            rate_limit: {unit: second, requests_per_unit: 0}
+    """)
+    (node,) = config.nodes
+    assert "blocked" in describe_envoy_node(node)
+
+
+@given(
+    parts=st.lists(st.text(alphabet="ab_", max_size=3), min_size=1, max_size=4),
+    text=st.text(alphabet="ab_", max_size=10),
+)
+def test_wildcard_match_is_each_star_zero_or_more_characters(parts: list[str], text: str) -> None:
+    """The matcher agrees with a regular expression in which each ``*`` is ``.*``."""
+    expected = re.fullmatch(".*".join(re.escape(p) for p in parts), text, re.DOTALL) is not None
+    assert wildcard_match(tuple(parts), text) == expected

@@ -90,15 +90,17 @@ def describe_http_rule(r: HttpRule) -> str:
 def describe_envoy_node(n: EnvoyNode) -> str:
     """One line per limited descriptor: its id, the rule name, limits, algorithm, flags."""
     flags = []
-    if n.shadow:
-        flags.append("shadow_mode")
+    flags += [f for f, on in (("shadow_mode", n.shadow), ("quota_mode", n.quota_mode)) if on]
+    flags += [f for f, on in (("share_threshold", n.share_threshold), ("value_to_metric", n.value_to_metric)) if on]
     if n.detailed_metric:
         flags.append("detailed_metric")
     if n.replaces:
         flags.append("replaces=" + ",".join(n.replaces))
     tail = f" [{' '.join(flags)}]" if flags else ""
-    if n.rule is None:
-        return f"{n.descriptor}: unlimited{tail}"
     name = f" name={n.name}" if n.name else ""
+    if n.blocked:
+        return f"{n.descriptor}:{name} blocked (requests_per_unit: 0, every request refused){tail}"
+    if n.rule is None:
+        return f"{n.descriptor}:{name} unlimited{tail}"
     limits = ", ".join(str(x) for x in n.rule.limits)
     return f"{n.descriptor}:{name} limits={limits} algorithm={n.rule.algorithm}{tail}"
