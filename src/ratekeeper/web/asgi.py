@@ -28,7 +28,7 @@ from typing import Any
 from ratekeeper.config.model import HttpRule
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.async_limiter import AsyncLimiter
-from ratekeeper.web.core import DenyResponse, RateLimitCore, RequestView, Verdict
+from ratekeeper.web.core import LEDGER, DenyResponse, RateLimitCore, RequestLedger, RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
 
@@ -68,6 +68,7 @@ class RateLimitMiddleware:
         shadow: bool | Iterable[str] = False,
         ratelimit_headers: bool = True,
         x_ratelimit_headers: bool = True,
+        x_ratelimit_reset: str = "seconds",
         deny_response: DenyResponse | None = None,
         metrics: Any = None,
         reload_interval: float = 1.0,
@@ -99,6 +100,7 @@ class RateLimitMiddleware:
                 shadow=shadow,
                 ratelimit_headers=ratelimit_headers,
                 x_ratelimit_headers=x_ratelimit_headers,
+                x_ratelimit_reset=x_ratelimit_reset,
                 deny_response=deny_response,
                 metrics=metrics,
                 reload_interval=reload_interval,
@@ -128,30 +130,41 @@ class RateLimitMiddleware:
             return
         if self.core.metrics is not None:
             self.core.metrics.request("asgi")
-        verdict = await self.core.check_async(request_view(scope))
+        core = self.core
+        outer: RequestLedger | None = scope.get(LEDGER)
+        verdict = await core.check_async(request_view(scope))
         if not verdict.allowed:
+            if outer is not None:  # a middleware further out admitted it: give that back too
+                await outer.refuse_async()
             await send_verdict(send, verdict)
             return
-        finish = self.core.needs_finish(verdict)
-        if not verdict.headers and not finish:
-            await self.app(scope, receive, send)
-            return
-        extra = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+        # The checks further in (a FastAPI dependency, another middleware) see this one's
+        # verdict, so the response has one set of headers and a refusal charges nothing.
+        ledger = outer if outer is not None else RequestLedger()
+        ledger.admitted.append((core, verdict))
+        scope[LEDGER] = ledger
+        finish = core.needs_finish(verdict)
         status = 500  # what the app answered; an app that raised before answering counts as a 500
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
-                if extra:
-                    message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                # the outermost check writes the headers, of every check that admitted the request
+                if outer is None and not ledger.refused:
+                    verdicts = ledger.verdicts()
+                    fields = verdict.headers if len(verdicts) == 1 else core.headers_for(verdicts)
+                    if fields:
+                        extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
+                        message = {**message, "headers": [*message.get("headers", ()), *extra]}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            if finish:
-                await self.core.finish_async(verdict, status)
+            # a refusal further in gave this verdict's charges back already
+            if finish and not ledger.refused:
+                await core.finish_async(verdict, status)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:

@@ -24,8 +24,16 @@ None``; None skips the rule for that request); its ``match`` is the endpoint its
 any other exception) or the status set on the injected ``Response``; the status of a
 ``Response`` object the endpoint returns is not visible to a dependency.
 
+Under ``RateLimitMiddleware`` too, the route answers one set of rate-limit headers (the
+middleware writes them, for its rules and the dependency's: the tightest limit in
+``X-RateLimit-*``); when the dependency refuses, what the middleware charged for the
+request is given back, so a refusal charges nothing anywhere (``web.core.RequestLedger``).
+Several dependencies of one route: a refusal by a later one gives back what the earlier
+ones charged (the headers of an admitted request are the first dependency's).
+
 Known limit: FastAPI adds a dependency's headers only to responses it builds from a
-returned value; an endpoint that returns its own ``Response`` object gets none.
+returned value; an endpoint that returns its own ``Response`` object gets none (under the
+middleware it gets the middleware's, which include the dependency's rules).
 """
 
 # No ``from __future__ import annotations``: FastAPI reads the dependency's annotations
@@ -44,7 +52,7 @@ from ratekeeper.config.model import HttpRule, KeyTemplate, RuleSet
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.web.asgi import request_view
-from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+from ratekeeper.web.core import LEDGER, RateLimitCore, RequestLedger, RequestView, Verdict
 
 __all__ = ["RateLimit", "RateLimited", "install", "limit", "rate_limited_response"]
 
@@ -114,11 +122,19 @@ class RateLimit:
         if self.core.metrics is not None:
             self.core.metrics.request("fastapi")
         verdict = await self.core.check_async(self.view(request))
+        ledger: RequestLedger | None = request.scope.get(LEDGER)
         if not verdict.allowed:
+            if ledger is not None:  # what the middleware (or another dependency) charged is given back
+                await ledger.refuse_async()
             _register_handler(request)
             raise RateLimited(verdict)
-        for name, value in verdict.headers:
-            response.headers.append(name, value)
+        if ledger is not None:
+            # the outermost check (the middleware) writes one set of headers for every rule
+            ledger.admitted.append((self.core, verdict))
+        else:
+            ledger = request.scope[LEDGER] = RequestLedger([(self.core, verdict)])
+            for name, value in verdict.headers:
+                response.headers.append(name, value)
         status = 500
         try:
             yield verdict
@@ -127,7 +143,8 @@ class RateLimit:
             status = exc.status_code
             raise
         finally:
-            if verdict.charges:
+            # a refusal further in gave this verdict's charges back already
+            if verdict.charges and not ledger.refused:
                 await self.core.finish_async(verdict, status)
 
     def view(self, request: Request) -> RequestView:
