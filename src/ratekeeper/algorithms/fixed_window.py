@@ -53,7 +53,8 @@ class FixedWindow(Algorithm):
             ends.append(end)
             windows.append(window)
         charged = cost if denied < 0 else 0
-        remaining = tuple(spec[0] - c - charged for spec, c in zip(specs, counts, strict=True))
+        # A count above a limit that was lowered since (a reload, a quota) has nothing left.
+        remaining = tuple(max(0, spec[0] - c - charged) for spec, c in zip(specs, counts, strict=True))
         resets = tuple(e if c + charged > 0 else 0 for e, c in zip(ends, counts, strict=True))
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, remaining, resets)
         if charged:
@@ -86,7 +87,7 @@ class FixedWindow(Algorithm):
                 )
             retry = INFINITE if cost > limit else end
             return state, Decision(
-                (name, limits, False, 0, retry, 0, (limit - count,), (end if count else 0,), None, None)
+                (name, limits, False, 0, retry, 0, (max(0, limit - count),), (end if count else 0,), None, None)
             )
 
         return decide_one

@@ -103,7 +103,7 @@ class SlidingWindowLog(Algorithm):
         resets: list[int] = []
         for (limit, period), used in zip(plan.specs, useds, strict=True):
             in_window = used + charged
-            remaining.append(limit - in_window)
+            remaining.append(max(0, limit - in_window))  # a lowered limit: nothing left
             resets.append(newest + period - now if in_window > 0 else 0)
         decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
         return state, decision
@@ -125,7 +125,10 @@ class SlidingWindowLog(Algorithm):
                 else:
                     retry = times[bisect_left(totals, total + cost - limit, live, end)] + period - now
                 reset = newest + period - now if used > 0 else 0
-                return state, Decision((name, limits, False, 0, retry, 0, (limit - used,), (reset,), None, None))
+                left = limit - used  # below 0 under a limit lowered since
+                return state, Decision(
+                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None, None)
+                )
             if cost:
                 state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
             used += cost

@@ -44,7 +44,7 @@ BEGIN
             reply := ARRAY[1, -1, 0, 0, lim - cnt - cost, CASE WHEN cnt + cost > 0 THEN end_us ELSE 0 END];
             new_state := CASE WHEN cost = 0 THEN st ELSE ARRAY[win, cnt + cost] END;
         ELSE
-            reply := ARRAY[0, 0, CASE WHEN cost > lim THEN -1 ELSE end_us END, 0, lim - cnt,
+            reply := ARRAY[0, 0, CASE WHEN cost > lim THEN -1 ELSE end_us END, 0, greatest(0, lim - cnt),
                            CASE WHEN cnt > 0 THEN end_us ELSE 0 END];
             new_state := st;
         END IF;
@@ -96,7 +96,7 @@ BEGIN
         END LOOP;
         charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
         FOR i IN 1..n LOOP
-            remaining[i] := spec[2 * i - 1] - counts[i] - charged;
+            remaining[i] := greatest(0, spec[2 * i - 1] - counts[i] - charged);  -- a lowered limit: 0
             resets[i] := CASE WHEN counts[i] + charged > 0 THEN ends[i] ELSE 0 END;
         END LOOP;
         reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;

@@ -272,7 +272,7 @@ BEGIN
         new_state := st;
     END IF;
     FOR i IN 1..cnt LOOP
-        remaining[i] := spec[2 * i - 1] - (useds[i] + charged);
+        remaining[i] := greatest(0, spec[2 * i - 1] - (useds[i] + charged));  -- a lowered limit: 0
         resets[i] := CASE WHEN useds[i] + charged > 0 THEN newest + spec[2 * i] - now_us ELSE 0 END;
     END LOOP;
     reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;

@@ -41,7 +41,8 @@ ALGORITHMS["fixed_window"] = {
     local whole = 0
     for i = 1, n do
       local c = counts[i] + charged
-      out[at + 4 + i] = specs[2 * i - 1] - c
+      local left = specs[2 * i - 1] - c -- below 0 under a limit lowered since
+      out[at + 4 + i] = left > 0 and left or 0
       local reset = c > 0 and ends[i] or 0
       out[at + 4 + n + i] = reset
       if reset > whole then

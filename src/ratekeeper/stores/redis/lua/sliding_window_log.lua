@@ -453,7 +453,8 @@ ALGORITHMS["sliding_window_log"] = {
     end
     for i = 1, nl do
       local in_window = useds[i] + charged
-      out[at + 4 + i] = specs[2 * i - 1] - in_window
+      local left = specs[2 * i - 1] - in_window -- below 0 under a limit lowered since
+      out[at + 4 + i] = left > 0 and left or 0
       out[at + 4 + nl + i] = in_window > 0 and newest + specs[2 * i] - now or 0
     end
     if denied >= 0 then
