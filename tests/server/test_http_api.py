@@ -30,6 +30,11 @@ rules:
   - name: {U}.conc
     limits: ["1/minute"]
     algorithm: concurrency
+  - name: {U}.fast
+    limits: ["10/100ms"]
+  - name: {U}.ten
+    limits: ["10/minute"]
+    algorithm: fixed_window
 """
 
 
@@ -137,7 +142,7 @@ def test_a_shadow_rule_never_refuses_and_sends_no_headers(client: httpx.Client) 
 def test_rules_health_ready_and_openapi(client: httpx.Client, admin: httpx.Client) -> None:
     rules = admin.get("/v1/rules").json()
     names = [r["name"] for r in rules["rules"]]
-    assert [f"{U}.one", f"{U}.five", f"{U}.two", f"{U}.shadow", f"{U}.conc"] == names
+    assert [f"{U}.one", f"{U}.five", f"{U}.two", f"{U}.shadow", f"{U}.conc", f"{U}.fast", f"{U}.ten"] == names
     assert ["20/minute", "2/3s"] == rules["rules"][2]["limits"]
     assert {"status": "ok"} == client.get("/healthz").json()
     assert {"status": "ready"} == client.get("/readyz").json()
@@ -252,3 +257,35 @@ def test_a_chunked_body_over_the_limit_is_refused(client: httpx.Client) -> None:
     reply = client.post("/v1/check", content=chunks(), headers={"content-type": "application/json"})
     assert 413 == reply.status_code
     assert "application/problem+json" == reply.headers["content-type"]
+
+
+# -- what a client is told is true (issue 17, section 3): the one headers function ---------
+
+
+def _sf_list(value: str) -> dict[str, dict[str, Any]]:
+    import http_sf
+
+    return {n: dict(p) for n, p in http_sf.parse(value.encode(), tltype="list")}  # type: ignore[misc]
+
+
+def test_a_sub_second_limit_is_advertised_at_its_real_rate(client: httpx.Client) -> None:
+    r = check(client, {"rule": f"{U}.fast", "key": key()})
+    assert 200 == r.status_code
+    assert {f"{U}.fast": {"q": 100, "w": 1}} == _sf_list(r.headers["RateLimit-Policy"])
+
+
+def test_a_cost_that_never_fits_is_not_told_to_retry_now(client: httpx.Client) -> None:
+    r = check(client, {"rule": f"{U}.ten", "key": key(), "cost": 20})
+    assert 429 == r.status_code
+    state = _sf_list(r.headers["RateLimit"])[f"{U}.ten"]
+    assert 0 == state["r"] and 1 <= state["t"] <= 60
+    assert "0" == r.headers["X-RateLimit-Remaining"]
+    assert 1 <= int(r.headers["X-RateLimit-Reset"]) <= 60
+    assert "Retry-After" not in r.headers
+
+
+def test_a_concurrency_rule_is_not_advertised_as_a_rate(client: httpx.Client) -> None:
+    r = check(client, {"checks": [{"rule": f"{U}.conc", "key": key()}, {"rule": f"{U}.five", "key": key()}]})
+    assert 200 == r.status_code
+    assert [f"{U}.five"] == list(_sf_list(r.headers["RateLimit-Policy"]))
+    assert "5" == r.headers["X-RateLimit-Limit"]
