@@ -54,7 +54,7 @@ from ratekeeper.rule import Rule
 from ratekeeper.server.envoy_charging import Slot, Verdict, charge, charging_for, overall_ok
 from ratekeeper.server.inputs import MAX_COST
 from ratekeeper.server.problems import BadInput
-from ratekeeper.web.headers import ratelimit_fields, retry_after_seconds, x_ratelimit_fields
+from ratekeeper.web.headers import rate_limit_headers
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
@@ -171,13 +171,8 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
             if verdict.over and not slot.shadow:
                 status.code = Response.OVER_LIMIT
             _describe(status, verdict, slot.rule, answer.name)
-    enforced = [v.decision for s, v in zip(slots, verdicts, strict=True) if not s.shadow]
-    fields = ratelimit_fields(enforced) + x_ratelimit_fields(enforced)
-    if not ok:
-        retry = retry_after_seconds(enforced)
-        if retry is not None:
-            fields.append(("Retry-After", str(retry)))
-    for name, value in fields:
+    enforced = [(s.rule, v.decision) for s, v in zip(slots, verdicts, strict=True) if not s.shadow]
+    for name, value in rate_limit_headers(enforced, allowed=ok):
         response.response_headers_to_add.add(key=name, value=value)
     return response
 
