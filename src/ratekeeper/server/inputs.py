@@ -72,7 +72,7 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BadInput(400, f"the request body is not UTF-8 (byte {exc.start})", "a JSON object in UTF-8") from None
     try:
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object_without_duplicates)
     except json.JSONDecodeError as exc:
         raise BadInput(
             400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "a JSON object"
@@ -81,6 +81,20 @@ def parse_json(body: bytes) -> Any:
         raise BadInput(400, f"malformed JSON: {exc}", "a JSON object") from None
     if _SURROGATE_ESCAPE.search(text) is not None:
         _refuse_lone_surrogates(doc)
+    return doc
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose names are unique (I-JSON, RFC 7493): with a name given twice,
+    the service and a proxy or log in front of it could each read another value (the key
+    charged is not the key logged), so such a body is refused."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"the name {name[:64]!r} is given twice in one object")
+            seen.add(name)
     return doc
 
 
