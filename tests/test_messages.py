@@ -173,9 +173,6 @@ def test_an_unknown_envoy_unit_reads_as_english_with_a_did_you_mean(unit: object
     assert unknown_unit(unit, UNIT_SECONDS).startswith(message)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="config/envoy.py still spells its unit problem itself; it is to call checks.unknown_unit"
-)
 def test_the_envoy_form_reports_a_misspelt_unit_with_unknown_unit() -> None:
     text = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minuet, requests_per_unit: 1}\n"
     with pytest.raises(ConfigProblems) as caught:

@@ -92,7 +92,7 @@ def test_a_bad_file_lists_every_problem_and_exits_1(write: WriteFile, capsys: py
 def test_a_bad_envoy_file_exits_1(write: WriteFile, capsys: pytest.CaptureFixture[str]) -> None:
     path = write("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")
     assert main(["config", "check", str(path)]) == 1
-    assert f"{path}:4: unknown unit the text 'fortnight'" in capsys.readouterr().err
+    assert f"{path}:4: unknown unit 'fortnight'" in capsys.readouterr().err
 
 
 def test_a_missing_file_exits_1(write: WriteFile, capsys: pytest.CaptureFixture[str]) -> None:

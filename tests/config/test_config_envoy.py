@@ -206,12 +206,12 @@ ERRORS = {
     "bad unit": (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit:\n      unit: fortnight\n      requests_per_unit: 1\n",
         5,
-        "unknown unit the text 'fortnight'; accepted: second, minute, hour, day, week, month, year",
+        "unknown unit 'fortnight'; accepted: second, minute, hour, day, week, month, year",
     ),
     "misspelled unit": (
         "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minut, requests_per_unit: 1}\n",
         4,
-        "(did you mean 'minute'?)",
+        "; did you mean 'minute'?",
     ),
     "no unit": ("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {requests_per_unit: 1}\n", 4, "needs a unit"),
     "negative requests": (

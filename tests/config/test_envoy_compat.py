@@ -582,7 +582,7 @@ REFUSED = {
     "empty_domain.yaml": "domain must be a non-empty text",
     "empty_key.yaml": "a descriptor needs a key",
     "duplicate_key.yaml": "duplicate descriptor 'test-domain.key1_value1'",
-    "bad_limit_unit.yaml": "unknown unit the text 'foo'",
+    "bad_limit_unit.yaml": "unknown unit 'foo'",
     "replaces_self.yaml": "cannot replace itself",
     "replaces_empty.yaml": "each entry of replaces must be {name:",
     "bad_yaml.yaml": "YAML",

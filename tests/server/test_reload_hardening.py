@@ -223,5 +223,5 @@ def test_sighup_with_one_broken_file_gives_one_reload_one_result(serve: Callable
     wait_until(lambda: len(reloads(served)) >= 2, 15, "the repaired file to load")
     assert reloads(served) == [("SIGHUP", False), ("file changed", True)]
     refused = next(e for e in served.events() if e.get("event") == "reload")
-    assert f"{good}:4: unknown unit the text 'sec0nd'" in str(refused["error"])
+    assert f"{good}:4: unknown unit 'sec0nd'" in str(refused["error"])
     assert reload_metric(served, "failed") == 1 and reload_metric(served, "ok") == 1

@@ -34,6 +34,7 @@ from ratekeeper.config.checks import (
     make_rule,
     redundant_limits,
     type_name,
+    unknown_unit,
 )
 from ratekeeper.config.envoy_match import composite, is_wildcard, split_pattern, wildcard_match
 from ratekeeper.config.problems import Problems, did_you_mean
@@ -524,8 +525,7 @@ class _Builder:
             return None
         seconds = UNIT_SECONDS.get(unit.lower()) if isinstance(unit, str) else None
         if seconds is None:
-            hint = did_you_mean(unit.lower(), UNIT_SECONDS) if isinstance(unit, str) else ""
-            problems.add(value.line_at("unit"), f"unknown unit {type_name(unit)}{hint}; accepted: {units}")
+            problems.add(value.line_at("unit"), unknown_unit(unit, UNIT_SECONDS))
         elif isinstance(unit, str):
             node.unit = unit.lower()
         count = value.get("requests_per_unit")
