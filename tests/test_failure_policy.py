@@ -550,10 +550,11 @@ def test_the_readme_example_answers_as_it_says() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
     section = readme.split("## When the store fails", 1)[1]
     block = re.findall(r"```python\n(.*?)```", section, re.DOTALL)[0]
-    block = re.sub(r'Limiter\("redis://localhost:6379/0", timeout=0\.2,\n\s*', "Limiter(store, ", block)
+    block = re.sub(r'Limiter\("redis://localhost:6379/0", timeout=0\.5,\n\s*', "Limiter(store, ", block)
     store = FlakyStore(FakeClock())
     store.fail = DOWN
     namespace: dict[str, Any] = {"store": store}
+    assert "Limiter(store, " in block, "the README's Limiter(...) line is no longer the one this test replaces"
     exec(compile(block, "README failure example", "exec"), namespace)
     limiter: Limiter = namespace["limiter"]
     assert "allow" == namespace["d"].fallback
