@@ -67,19 +67,18 @@ def random_state(rng: random.Random, plan: Plan, now: int) -> Any:
         times = sorted(now - rng.randint(-3, 2 * longest + 2) for _ in range(rng.choice((1, 2, 5, 12))))
         ids = rng.sample([f"l{i}" for i in range(20)], len(times))
         return tuple(x for i, t in zip(ids, times, strict=True) for x in (i, t, rng.choice((1, 1, 2, 5))))
-    state: list[int] = []
-    for spec in plan.specs:
+    state: list[Any] = []
+    for own in plan.specs:
         # the scale the state was written at: this plan's, or another's (limits changed since)
-        if name in BUCKETS and rng.random() < 0.4:
-            spec = random_plan(rng, name).specs[0]
+        spec = random_plan(rng, name).specs[0] if name in BUCKETS and rng.random() < 0.4 else own
         if name == "token_bucket":
-            n, d, cap, full = spec
+            _, _, _, full = spec
             level = rng.choice((full, 0, rng.randint(-3 * full, full), rng.randint(full, 2 * full), -1000 * full))
             last = now + rng.choice((0, -1, 1, -rng.randint(0, 10**8), rng.randint(0, 10**7)))
-            state += (level, last, n, d, cap)
+            state += (level, last, spec)
         elif name in ("gcra", "leaky_bucket"):
-            n, d, cap, tau = spec
-            state += (now * d + rng.choice((0, -1, 1, rng.randint(-2 * tau, 3 * tau), 1000 * tau)), n, d, cap)
+            _, d, _, tau = spec
+            state += (now * d + rng.choice((0, -1, 1, rng.randint(-2 * tau, 3 * tau), 1000 * tau)), spec)
         elif name == "fixed_window":
             limit, period = spec
             state += (
@@ -102,6 +101,8 @@ def to_sql(plan: Plan, state: Any) -> tuple[list[int] | None, list[str] | None]:
         return None, None
     if plan.algorithm.name == "concurrency":
         return [x for j in range(0, len(state), 3) for x in state[j + 1 : j + 3]], list(state[0::3])
+    if plan.algorithm.name in BUCKETS:  # each limit's spec (n, d, capacity, _) as its scale: n, d, capacity
+        return [x for v in state for x in (v[:3] if isinstance(v, tuple) else (v,))], None
     return list(state), None
 
 

@@ -3,9 +3,11 @@
 Exact integer arithmetic: with ``n/d`` the reduced microseconds per unit of cost, times
 are kept in units of ``1/d`` µs. A request of cost ``c`` moves the theoretical arrival
 time ``tat`` to ``max(tat, now) + c*n`` and conforms when that is at most
-``tau = burst*n`` past ``now``. State: per limit ``(tat, n, d, capacity)``, flat: the
-scale it was written at, so that a plan of other limits reads it by ``carry.carried``
-(what was consumed stays consumed). Decides exactly as the token bucket with the same
+``tau = burst*n`` past ``now``. State: per limit ``tat`` and the spec ``(n, d, capacity,
+tau)`` it was written at, flat (``(tat_0, spec_0, tat_1, spec_1, ...)``), so that a plan
+of other limits reads it by ``carry.carried`` (what was consumed stays consumed). The
+spec is the plan's own tuple: a state written by the same plan is recognised by
+identity, the cheapest test on the hot path. Decides exactly as the token bucket with the same
 limits (the two are the same meter).
 """
 
@@ -31,9 +33,8 @@ def gcra_tat(state: State, o: int, now: int, n: int, d: int, cap: int) -> int:
     if state is None:
         return nd
     tat: int = state[o]
-    n0: int = state[o + 1]
-    d0: int = state[o + 2]
-    if n0 == n and d0 == d and state[o + 3] == cap:
+    n0, d0, cap0, _ = state[o + 1]
+    if n0 == n and d0 == d and cap0 == cap:
         return tat if tat > nd else nd
     ahead = tat - now * d0
     if ahead <= 0:
@@ -41,11 +42,11 @@ def gcra_tat(state: State, o: int, now: int, n: int, d: int, cap: int) -> int:
     return nd + carried(ahead, n0, cap, n)
 
 
-def gcra_state(tats: list[int], specs: tuple[tuple[int, int, int, int], ...]) -> tuple[int, ...]:
+def gcra_state(tats: list[int], specs: tuple[tuple[int, int, int, int], ...]) -> tuple[Any, ...]:
     """The state of these theoretical arrival times, each with its scale."""
-    new: list[int] = []
-    for tat, (n, d, cap, _) in zip(tats, specs, strict=True):
-        new += (tat, n, d, cap)
+    new: list[Any] = []
+    for tat, spec in zip(tats, specs, strict=True):
+        new += (tat, spec)
     return tuple(new)
 
 
@@ -74,7 +75,7 @@ class Gcra(Algorithm):
         infinite = False
         for i, (n, d, cap, tau) in enumerate(specs):
             nd = now * d
-            tat = gcra_tat(state, 4 * i, now, n, d, cap)
+            tat = gcra_tat(state, 2 * i, now, n, d, cap)
             tats.append(tat)
             if cost > cap:
                 if not infinite:
@@ -112,7 +113,7 @@ class Gcra(Algorithm):
             nd = now * d
             if state is None:
                 tat = nd
-            elif state[1] == n and state[2] == d and state[3] == cap:
+            elif state[1] is spec:
                 tat = state[0]
                 if tat < nd:
                     tat = nd
@@ -139,15 +140,13 @@ class Gcra(Algorithm):
                 )
             if over <= 0:
                 ahead = new - nd
-                return (new, n, d, cap) if cost else state, Decision(
+                return (new, spec) if cost else state, Decision(
                     (name, limits, True, -1, 0, 0, ((tau - ahead) // n,), (-(-ahead // d),), None, None)
                 )
             wait = -(-over // d)
             if max_wait is not None and wait <= max_wait:
                 ahead = new - nd
-                return (new, n, d, cap), Decision(
-                    (name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None, None)
-                )
+                return (new, spec), Decision((name, limits, True, -1, 0, wait, (0,), (-(-ahead // d),), None, None))
             ahead = tat - nd
             remaining = (tau - ahead) // n
             return state, Decision(
@@ -170,5 +169,5 @@ class Gcra(Algorithm):
             return None
         new: list[int] = []
         for i, (n, d, cap, _) in enumerate(plan.specs):
-            new.append(max(now * d, gcra_tat(state, 4 * i, now, n, d, cap) - cost * n))
+            new.append(max(now * d, gcra_tat(state, 2 * i, now, n, d, cap) - cost * n))
         return gcra_state(new, plan.specs)

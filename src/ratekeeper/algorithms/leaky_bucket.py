@@ -48,7 +48,7 @@ class LeakyBucket(Gcra):
         infinite = False
         for i, (n, d, cap, tau) in enumerate(specs):
             nd = now * d
-            tat = gcra_tat(state, 4 * i, now, n, d, cap)
+            tat = gcra_tat(state, 2 * i, now, n, d, cap)
             tats.append(tat)
             queued = ceil_div(tat - nd, d)
             if queued > delay:
@@ -88,7 +88,7 @@ class LeakyBucket(Gcra):
             nd = now * d
             if state is None:
                 tat = nd
-            elif state[1] == n and state[2] == d and state[3] == cap:
+            elif state[1] is spec:
                 tat = state[0]
                 if tat < nd:
                     tat = nd
@@ -114,7 +114,7 @@ class LeakyBucket(Gcra):
             decision = Decision(
                 (name, limits, True, -1, 0, queued, (left if left > 0 else 0,), (-(-ahead // d),), None, None)
             )
-            return ((tat, n, d, cap) if cost else state), decision
+            return ((tat, spec) if cost else state), decision
 
         return decide_one
 

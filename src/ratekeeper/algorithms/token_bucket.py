@@ -2,9 +2,10 @@
 
 Exact integer arithmetic: with ``n/d`` the reduced microseconds per token, a token is
 ``n`` units and the bucket gains ``d`` units per microsecond. State: per limit
-``(level, last, n, d, capacity)``, flat, with the level in units after the last refill at
-``last`` (µs) and the scale it was written at, so that a plan of other limits carries
-what was consumed (``carry.carried``). The level goes below zero only through
+``(level, last, spec)``, flat, with the level in units after the last refill at ``last``
+(µs) and the spec ``(n, d, capacity, full)`` it was written at (the plan's own tuple,
+recognised by identity on the hot path), so that a plan of other limits carries what was
+consumed (``carry.carried``). The level goes below zero only through
 reservations made by ``acquire`` (``max_wait`` > 0): the caller then waits until its
 tokens exist.
 """
@@ -39,11 +40,9 @@ class TokenBucket(Algorithm):
         n, d, cap, full = spec
         if state is None:
             return full
-        o = 5 * i
+        o = 3 * i
         level: int = state[o]
-        n0: int = state[o + 2]
-        d0: int = state[o + 3]
-        full0: int = state[o + 4] * n0
+        n0, d0, _, full0 = state[o + 2]
         elapsed = now - state[o + 1]
         if elapsed > 0:
             level = full0 if elapsed >= ceil_div(full0 - level, d0) else level + elapsed * d0
@@ -96,10 +95,10 @@ class TokenBucket(Algorithm):
             return state, _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
         if allowed:
             decision = _make(plan.name, plan.limits, True, -1, 0, wait, remaining, resets)
-            new: list[int] = []
-            for i, (level, (n, d, cap, _)) in enumerate(zip(levels, specs, strict=True)):
+            new: list[Any] = []
+            for i, level in enumerate(levels):
                 # A clock that stepped back never moves the refill point back (no double refill).
-                new += (level, now if state is None or now > state[5 * i + 1] else state[5 * i + 1], n, d, cap)
+                new += (level, now if state is None or now > state[3 * i + 1] else state[3 * i + 1], specs[i])
             return tuple(new), decision
         retry = INFINITE if infinite else wait
         return state, _make(plan.name, plan.limits, False, denied, retry, 0, remaining, resets)
@@ -115,7 +114,7 @@ class TokenBucket(Algorithm):
             if state is None:
                 level = full
                 last = now
-            elif state[2] == n and state[3] == d and state[4] == cap:
+            elif state[2] is spec:
                 level, last = state[0], state[1]
                 elapsed = now - last
                 if elapsed > 0:
@@ -143,7 +142,7 @@ class TokenBucket(Algorithm):
             wait = 0 if level >= need else -((level - need) // d)
             if wait == 0 or (max_wait is not None and wait <= max_wait):
                 level -= need
-                return (level, last, n, d, cap) if cost else state, Decision(
+                return (level, last, spec) if cost else state, Decision(
                     (
                         name,
                         limits,
@@ -186,9 +185,9 @@ class TokenBucket(Algorithm):
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:
             return None
-        new: list[int] = []
+        new: list[Any] = []
         for i, spec in enumerate(plan.specs):
-            n, d, cap, full = spec
-            last = state[5 * i + 1]
-            new += (min(full, self._level(state, i, now, spec) + cost * n), now if now > last else last, n, d, cap)
+            n, _, _, full = spec
+            last = state[3 * i + 1]
+            new += (min(full, self._level(state, i, now, spec) + cost * n), now if now > last else last, spec)
         return tuple(new)
