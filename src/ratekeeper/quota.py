@@ -4,7 +4,9 @@ The provider is a sync or async callable ``key -> limits``; it answers a list of
 strings or ``Limit`` objects, or ``None`` for a key that is not limited at all (an admin
 key). A request never waits for it:
 
-- until the first answer for a key, the rule's own limits (the failsafe) apply;
+- until the first answer for a key, the rule's own limits (the failsafe) apply; what
+  they admitted counts against the answer's limits, and each later answer's (a key's
+  state is carried across a change of limits: docs/choices.md, "When a limit changes");
 - answers are cached for ``ttl`` seconds; a stale answer keeps serving while one
   background refresh runs;
 - when the provider fails (raises or answers nonsense) the last good answer stays, and

@@ -61,9 +61,10 @@ class Plan:
         self.specs = specs
         self.leases = algorithm.uses_leases
         self.horizon = algorithm.horizon(self)
-        # Where a store keeps this rule's state: a key whose limits change (a new quota) keeps
-        # its state when the state means the same under the new limits, and starts afresh
-        # when it would not (see ``Algorithm.scale``).
+        # Where a store keeps this rule's state: a key whose limits change (a reload, a new
+        # quota) keeps its state where it means the same under the new limits or records
+        # the scale it was written at and is carried over (the bucket algorithms: carry.py),
+        # and starts afresh where neither holds (see ``Algorithm.scale``).
         self.table = "\x1f".join([name, algorithm.name, *map(str, algorithm.scale(self))])
         self.decide: Decider = algorithm.compile(self)
         # What a store derives from this plan once (its wire fields, a statement's
