@@ -101,6 +101,23 @@ def test_partly_refilled_and_reburst(harness: StoreHarness, algorithm: str) -> N
     assert other.hits(["10/minute"], 20, T0, burst=20) == 10
 
 
+def test_concurrency_leases_stay_held_across_a_change(harness: StoreHarness) -> None:
+    """3 leases of 5/minute; the count lowered to 2: refused with 0 remaining (never a
+    negative number); raised to 4: one more lease, then refused."""
+    tag = harness.tag()
+    key = f"{tag}.client"
+    state: Any = None
+    got = []
+    for n, limit in enumerate(["5/minute"] * 3 + ["2/minute", "4/minute", "4/minute"]):
+        plan = Rule(f"{tag}.pool", [limit], "concurrency").plan
+        lease = f"{tag}.lease{n}"
+        decision = harness.call("decide", Op.decide(plan, key, 1, None, lease), T0)
+        state, want = plan.algorithm.decide(plan, state, T0, 1, None, lease)
+        assert (decision.allowed, decision.remaining_each) == (want.allowed, want.remaining_each)
+        got.append((decision.allowed, decision.remaining_each[0]))
+    assert got == [(True, 4), (True, 3), (True, 2), (False, 0), (True, 0), (False, 0)]
+
+
 @st.composite
 def renamed_traces(draw: st.DrawFn, algorithm: str) -> Trace:
     """A trace whose two or three rules are one rule (one name) with changing limits."""

@@ -177,3 +177,19 @@ def test_compiled_deciders_carry_as_the_reference(
         got_state, got = plan.decide(state, now, cost, max_wait, None)
         assert (got_state, tuple(got)) == (expected_state, tuple(expected))
         state = got_state
+
+
+def test_concurrency_leases_held_stay_held() -> None:
+    """3 leases of 5, the count lowered to 2: none more until releases; raised to 4: one more."""
+    rule = Rule("pool", ["5/minute"], "concurrency")
+    state: Any = None
+    for i in range(3):
+        state, decision = rule.algo.decide(rule.plan, state, T0, 1, None, f"l{i}")
+        assert decision.allowed
+    lower = rule.plan_for((Limit.parse("2/minute"),))
+    _, refused = lower.algorithm.decide(lower, state, T0, 1, None, "l3")
+    higher = rule.plan_for((Limit.parse("4/minute"),))
+    state, one = higher.algorithm.decide(higher, state, T0, 1, None, "l4")
+    _, two = higher.algorithm.decide(higher, state, T0, 1, None, "l5")
+    assert (refused.allowed, one.allowed, two.allowed) == (False, True, False)
+    assert refused.remaining_each == (0,)

@@ -91,7 +91,7 @@ class Concurrency(Algorithm):
         newest = leases[-2] if leases else now
         for (limit, period), used in zip(plan.specs, useds, strict=True):
             total = used + charged
-            remaining.append(limit - total)
+            remaining.append(max(0, limit - total))  # more held than a count lowered since: 0
             resets.append(newest + period - now if total > 0 else 0)
         decision = _make(
             plan.name,

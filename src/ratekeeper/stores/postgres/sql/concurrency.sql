@@ -108,7 +108,7 @@ BEGIN
             newest := CASE WHEN live <= entries THEN st[2 * entries - 1] ELSE now_us END;
         END IF;
         FOR i IN 1..cnt LOOP
-            remaining[i] := spec[2 * i - 1] - (useds[i] + charged);
+            remaining[i] := greatest(0, spec[2 * i - 1] - (useds[i] + charged));  -- a lowered count: 0
             resets[i] := CASE WHEN useds[i] + charged > 0 THEN newest + spec[2 * i] - now_us ELSE 0 END;
         END LOOP;
         reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;

@@ -100,7 +100,8 @@ ALGORITHMS["concurrency"] = {
     local whole = 0
     for i = 1, nl do
       local total = useds[i] + charged
-      out[at + 4 + i] = specs[2 * i - 1] - total
+      local left = specs[2 * i - 1] - total -- more held than a count lowered since: 0
+      out[at + 4 + i] = left > 0 and left or 0
       local reset = total > 0 and (newest - now) + specs[2 * i] or 0
       out[at + 4 + nl + i] = reset
       if reset > whole then
