@@ -163,7 +163,7 @@ def test_an_override_with_an_undefined_unit_is_a_bad_request_on_json(served: Ser
     reply = httpx.post(f"{served.url}/json", json=body, timeout=10)
     assert 400 == reply.status_code, reply.text
     assert "descriptor 0 overrides the limit" in reply.text
-    assert "SECOND (1) to YEAR (7)" in reply.text
+    assert "SECOND (1) to YEAR (6), or 7 (a week)" in reply.text
 
 
 def test_an_override_with_an_undefined_unit_is_invalid_argument_on_grpc(served: Served) -> None:

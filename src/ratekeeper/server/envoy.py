@@ -110,7 +110,9 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
         hits_of.append(hits)
         if descriptor.HasField("limit"):
             checked = _checked_override(descriptor.limit.requests_per_unit, descriptor.limit.unit, i)
-            if config is not None:  # as in Envoy, an unknown domain applies no limit, overridden or not
+            # As in Envoy, an unknown domain applies no limit, overridden or not; nor does a
+            # descriptor without entries (there is nothing to key its count by).
+            if config is not None and entries[i]:
                 overridden[i] = checked
 
     # Every check passed: only now are override rules made (or found) and used.
@@ -241,7 +243,7 @@ def _checked_override(requests: int, unit: int, i: int) -> tuple[int, int]:
         raise BadInput(
             400,
             f"descriptor {i} overrides the limit with {requests} per {unit_name}",
-            "requests_per_unit >= 1 and a unit from SECOND (1) to YEAR (7)",
+            "requests_per_unit >= 1 and a unit from SECOND (1) to YEAR (6), or 7 (a week)",
         )
     return requests, unit
 

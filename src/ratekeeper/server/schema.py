@@ -222,6 +222,27 @@ def _envoy_request() -> dict[str, Any]:
         **_ENVOY_REQUEST["properties"]["descriptors"], "maxItems": MAX_DESCRIPTORS}}}  # fmt: skip
 
 
+# envoy.type.v3.RateLimitUnit has no WEEK; the number 7 is the response's WEEK, and is taken.
+_UNITS = ("SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR")
+_OVERRIDE_COUNT = {"type": "integer", "minimum": 1, "maximum": 2**32 - 1}
+_ENVOY_OVERRIDE: dict[str, Any] = {
+    "type": ["object", "null"],  # proto3 JSON: null is an absent message
+    "description": "a descriptor's limit override (RateLimitDescriptor.RateLimitOverride): a fixed window "
+    "of requests_per_unit per unit, for this request's descriptor",
+    "properties": {
+        "requestsPerUnit": _OVERRIDE_COUNT,
+        "requests_per_unit": _OVERRIDE_COUNT,
+        "unit": {"enum": [*_UNITS, *range(1, 8)]},
+    },
+    "required": ["unit"],
+    "oneOf": [
+        {"type": "null"},
+        {"required": ["requestsPerUnit"], "not": {"required": ["requests_per_unit"]}},
+        {"required": ["requests_per_unit"], "not": {"required": ["requestsPerUnit"]}},
+    ],
+    "additionalProperties": False,
+}
+
 _ENVOY_REQUEST: dict[str, Any] = {
     "type": "object",
     "description": "envoy.service.ratelimit.v3.RateLimitRequest in the proto3 JSON mapping",
@@ -234,8 +255,8 @@ _ENVOY_REQUEST: dict[str, Any] = {
                 "type": "object",
                 "properties": {
                     "entries": {
-                        "type": "array",
-                        "minItems": 1,
+                        "type": ["array", "null"],  # proto3 JSON: null is an empty list
+                        "description": "a descriptor without entries is OK with no limit, as in Envoy",
                         "items": {
                             "type": "object",
                             "properties": {
@@ -246,10 +267,10 @@ _ENVOY_REQUEST: dict[str, Any] = {
                             "additionalProperties": False,
                         },
                     },
+                    "limit": _ENVOY_OVERRIDE,
                     "hitsAddend": _DESCRIPTOR_HITS,
                     "hits_addend": _DESCRIPTOR_HITS,
                 },
-                "required": ["entries"],
                 "additionalProperties": False,
             },
         },
