@@ -37,7 +37,10 @@ def quick(tools_installed: None) -> tuple[serve.ServeBenchResult, str, str]:
     """One quick run on both stores: the result, the Markdown it printed, its progress lines."""
     parser = argparse.ArgumentParser()
     serve.add_arguments(parser)
-    settings = serve.settings_from_args(parser.parse_args(["--quick", "--redis-url", REDIS_URL]))
+    # A store call of the service may wait its turn behind the other test workers on a
+    # loaded machine: a generous timeout, so a slow call is measured, not failed.
+    redis_url = f"{REDIS_URL}?timeout=5"
+    settings = serve.settings_from_args(parser.parse_args(["--quick", "--redis-url", redis_url]))
     settings = dataclasses.replace(settings, prefix=f"rk-test-bench-serve-{uuid.uuid4().hex[:12]}:")
     out, err = io.StringIO(), io.StringIO()
     result = serve.run_serve_bench(settings, out, True, err)

@@ -337,7 +337,8 @@ def cleanup(url: str, prefix: str) -> int:
     import redis
 
     deleted = 0
-    client: Any = redis.Redis.from_url(url)
+    # The store URL's own options (timeout=, prefix=) are ratekeeper's, not redis-py's.
+    client: Any = redis.Redis.from_url(url.split("?", 1)[0])
     try:
         batch: list[bytes] = []
         for key in client.scan_iter(match=prefix.replace("*", r"\*") + "*", count=1000):
