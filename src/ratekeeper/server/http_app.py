@@ -14,6 +14,8 @@ Routes (``ROUTES``; ``openapi.py`` describes each one):
   ``/metrics`` (Prometheus), ``/openapi.json``.
 - ``POST /json``: Envoy's rate-limit request in the proto3 JSON mapping (``envoy.py``).
 - ``POST /v1/store``: the service as a store (``store_api.py``).
+- ``GET /``, ``/status.json``, ``POST /status/try`` (a peek): the live status page
+  (``status_page``).
 
 Each ``HttpApp`` serves one surface (``surfaces.py``): the routes of that surface only,
 and, when the surface has tokens, only to a request with ``Authorization: Bearer
@@ -46,6 +48,7 @@ from ratekeeper.server.logs import log
 from ratekeeper.server.openapi import openapi_document
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
+from ratekeeper.server.status_page import CONTENT_SECURITY_POLICY, asset, status_doc
 from ratekeeper.server.store_api import decide_store_call, explicit_now_allowed
 from ratekeeper.server.surfaces import OPEN_PATHS, Surface, store_namespace
 
@@ -197,6 +200,21 @@ async def store_call(app: HttpApp, request: Request) -> Response:
     return json_response(200, {"results": results})
 
 
+async def status_asset(app: HttpApp, request: Request) -> Response:
+    """The status page's HTML, script and style (``status_page``), from the package."""
+    body, content_type = asset(request.path)
+    headers = [
+        ("Content-Security-Policy", CONTENT_SECURITY_POLICY),
+        ("X-Content-Type-Options", "nosniff"),
+        ("Cache-Control", "no-cache"),
+    ]
+    return Response(200, body, content_type, headers)
+
+
+async def status_json(app: HttpApp, request: Request) -> Response:
+    return json_response(200, await status_doc(app.service), [("Cache-Control", "no-store")])
+
+
 ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/check": {"POST": check},
     "/v1/peek": {"POST": peek},
@@ -209,6 +227,12 @@ ROUTES: dict[str, dict[str, Handler]] = {
     "/openapi.json": {"GET": openapi},
     "/json": {"POST": envoy},
     "/v1/store": {"POST": store_call},
+    # The status page (admin surface): its form is a peek, so it lets a visitor change nothing.
+    "/": {"GET": status_asset},
+    "/status/page.js": {"GET": status_asset},
+    "/status/page.css": {"GET": status_asset},
+    "/status.json": {"GET": status_json},
+    "/status/try": {"POST": peek},
 }
 """Path -> method -> handler. ``HEAD`` is answered for every ``GET`` route."""
 

@@ -39,6 +39,7 @@ from ratekeeper.server.http_app import HttpApp
 from ratekeeper.server.http_server import HttpLimits, bind, http_server, raise_open_files_limit
 from ratekeeper.server.logs import configure, log
 from ratekeeper.server.service import RulesFiles, Service, ServiceObserver, redact, summary
+from ratekeeper.server.status_page import history_of
 from ratekeeper.server.store_api import PLANS
 from ratekeeper.server.surfaces import ADMIN, DECISION, Surface
 from ratekeeper.server.tls import TlsFiles, TlsState
@@ -202,6 +203,8 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
             raise OSError(f"the {listener.surface.name} HTTP server did not start")
     await health.set(await service.store_problem() is None)
     ticker = asyncio.create_task(_tick(service, health, stop), name="tick")
+    # The status page's charts: decisions per rule sampled every few seconds (bounded ring).
+    sampler = asyncio.create_task(history_of(service).run(), name="status sampler")
     urls = {listener.surface.name: listener.url for listener in listeners}
     _warn_if_exposed(
         settings, listeners, grpc_port is not None, tls is not None
@@ -229,6 +232,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
 
     log("stopping", signal=received[0] if received else None, grace=GRACE)
     ticker.cancel()
+    sampler.cancel()
     await health.shutting_down()
     for listener in listeners:
         listener.server.should_exit = True
@@ -238,6 +242,8 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
     await asyncio.gather(*stopping, return_exceptions=False)
     with contextlib.suppress(asyncio.CancelledError):
         await ticker
+    with contextlib.suppress(asyncio.CancelledError):
+        await sampler
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.remove_signal_handler(sig)
     log("stop", signal=received[0] if received else None)

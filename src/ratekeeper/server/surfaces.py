@@ -2,7 +2,7 @@
 
 The decision surface answers what a rate-limited application or proxy asks: checks,
 peeks, Envoy's ``/json``, health. The admin surface holds what changes or reveals state
-beyond one decision: reset, refund, the rules, the metrics and (only with
+beyond one decision: reset, refund, the rules, the metrics, the status page and (only with
 ``--store-api``) the service as a store. They listen on separate ports so the admin one
 can stay on loopback, behind other tokens, or off, while the decision one is exposed.
 
@@ -16,16 +16,29 @@ from dataclasses import dataclass
 
 from ratekeeper.server.auth import TokenSource
 
-__all__ = ["ADMIN", "DECISION", "OPEN_PATHS", "STORE_PATH", "Surface", "store_namespace", "surface_paths"]
+__all__ = [
+    "ADMIN",
+    "DECISION",
+    "OPEN_PATHS",
+    "STATUS_PAGE_PATHS",
+    "STORE_PATH",
+    "Surface",
+    "store_namespace",
+    "surface_paths",
+]
 
 DECISION = "decision"
 ADMIN = "admin"
 
 STORE_PATH = "/v1/store"
 
+STATUS_PAGE_PATHS = ("/", "/status/page.js", "/status/page.css", "/status.json", "/status/try")
+"""The live status page (``status_page``) on the admin surface: the page, what it reads,
+and its form (a peek, which charges nothing)."""
+
 _PATHS = {
     DECISION: ("/v1/check", "/v1/peek", "/json", "/healthz", "/readyz", "/openapi.json"),
-    ADMIN: ("/v1/reset", "/v1/refund", "/v1/rules", "/metrics", "/healthz", "/openapi.json"),
+    ADMIN: ("/v1/reset", "/v1/refund", "/v1/rules", "/metrics", "/healthz", "/openapi.json", *STATUS_PAGE_PATHS),
 }
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
