@@ -26,6 +26,12 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
 - ``ratekeeper_config_reloads_total{result}``: reloads of the rules, ``ok`` or ``failed``.
 - ``ratekeeper_requests_total{transport}``: requests received, by transport (``http``,
   ``grpc``, ``asgi``, ...).
+- ``ratekeeper_decision_latency_seconds{result}``: a histogram of the time one request's
+  decision took (its whole transaction: every rule, the store round trips, the failure
+  policy), ``result`` ``allowed`` or ``refused``: a refusal may answer from the
+  over-limit cache or the open breaker without a round trip, so the two are kept apart.
+  Reported by the layer that holds the request (the service's ``/v1/check``), through
+  ``decision_time``.
 - ``ratekeeper_skipped_total{rule}``: requests a rule did not limit because their key
   could not be built (a header or path part was missing).
 
@@ -159,6 +165,18 @@ class Metrics:
         )
         self.reloads = prom.Counter("config_reloads", "Reloads of the rules, by result", ["result"], **common)
         self.requests = prom.Counter("requests", "Requests received, by transport", ["transport"], **common)
+        self.decision_latency = prom.Histogram(
+            "decision_latency_seconds",
+            "Time one request's decision took, allowed and refused apart",
+            ["result"],
+            buckets=LATENCY_BUCKETS,
+            **common,
+        )
+        # Children resolved once: decision_time runs on every request's hot path.
+        self._decision_children = {
+            True: self.decision_latency.labels("allowed"),
+            False: self.decision_latency.labels("refused"),
+        }
         self.skips = prom.Counter(
             "skipped", "Requests a rule did not limit: their key could not be built", ["rule"], **common
         )
@@ -244,6 +262,10 @@ class Metrics:
     def reloaded(self, ok: bool) -> None:
         """A reload of the rules: accepted (``ok``) or refused."""
         self.reloads.labels("ok" if ok else "failed").inc()
+
+    def decision_time(self, seconds: float, allowed: bool) -> None:
+        """One request's decision took ``seconds`` and admitted it (``allowed``) or not."""
+        self._decision_children[allowed].observe(seconds)
 
     def request(self, transport: str) -> None:
         """One request received over ``transport`` (``http``, ``grpc``, ...)."""

@@ -10,6 +10,7 @@ come from the one headers function (``ratekeeper.web.headers.rate_limit_headers`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from time import perf_counter
 
 from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, run_async
@@ -27,7 +28,13 @@ async def decide_together(limiter: AsyncLimiter, items: Sequence[Item]) -> Outco
     ``StoreError`` propagates when the limiter's failure policy is ``raise``; otherwise
     the policy's decisions (``fallback`` set) are returned like any other.
     """
-    return await run_async(limiter, items)
+    start = perf_counter()
+    outcome = await run_async(limiter, items)
+    # The observer is the service's Metrics (a limiter of code may have another kind).
+    timed = getattr(limiter.observer, "decision_time", None)
+    if timed is not None:
+        timed(perf_counter() - start, outcome.allowed)
+    return outcome
 
 
 def answer_headers(outcome: Outcome) -> list[tuple[str, str]]:

@@ -266,6 +266,7 @@ class ServiceObserver:
         self.metrics = metrics
         self.decided = metrics.decided
         self.store_call = metrics.store_call
+        self.decision_time = metrics.decision_time  # reported by /v1/check (server.core)
 
     def breaker_changed(self, old: str, new: str) -> None:
         self.metrics.breaker_changed(old, new)
