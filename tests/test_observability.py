@@ -103,6 +103,35 @@ def test_the_dashboard_has_the_partner_teams_panels() -> None:
     assert all("by (result" in expr for expr in latency), "allowed and refused apart"
 
 
+def test_the_middleware_times_its_decisions_allowed_and_refused_apart() -> None:
+    """An app with the middleware (real uvicorn) reports the decision latency the dashboard
+    draws: one admitted request, two refused, and none for a path no rule limits."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from ratekeeper.metrics import Metrics
+    from ratekeeper.web import RateLimitMiddleware
+    from web.conftest import http_rule
+    from web.uvicorn_server import serve
+
+    async def hello(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok")
+
+    metrics = Metrics()
+    app = Starlette(routes=[Route("/items/{user}", hello), Route("/free", hello)])
+    rule = http_rule("obs.items", "1/minute", path="/items/{user}", key="{path.user}")
+    app.add_middleware(RateLimitMiddleware, rules=[rule], metrics=metrics)
+    with serve(app) as base, httpx.Client(base_url=base, timeout=5) as client:
+        codes = [client.get(path).status_code for path in ("/items/a", "/items/a", "/items/a", "/free")]
+    assert [200, 429, 429, 200] == codes
+    count = "ratekeeper_decision_latency_seconds_count"
+    assert 1 == metrics.value(count, result="allowed")
+    assert 2 == metrics.value(count, result="refused")
+    assert 0 < (metrics.value("ratekeeper_decision_latency_seconds_sum", result="allowed") or 0) < 5
+
+
 # --- a real Prometheus scraping real services --------------------------------------------
 
 

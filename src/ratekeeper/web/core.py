@@ -86,6 +86,7 @@ import os
 import re
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
@@ -358,13 +359,28 @@ class RateLimitCore:
         """Decide ``view`` with the blocking ``Limiter``."""
         limiter = self.limiter
         assert isinstance(limiter, Limiter), "check_sync needs asynchronous=False"
-        return drive_sync(limiter, self.check_flow(view))
+        start = perf_counter()
+        verdict = drive_sync(limiter, self.check_flow(view))
+        self._timed(start, verdict)
+        return verdict
 
     async def check_async(self, view: RequestView) -> Verdict:
         """Decide ``view`` with the ``AsyncLimiter``; the calls of one step run concurrently."""
         limiter = self.limiter
         assert isinstance(limiter, AsyncLimiter), "check_async needs asynchronous=True"
-        return await drive_async(limiter, self.check_flow(view))
+        start = perf_counter()
+        verdict = await drive_async(limiter, self.check_flow(view))
+        self._timed(start, verdict)
+        return verdict
+
+    def _timed(self, start: float, verdict: Verdict) -> None:
+        """Report the decision's time to the metrics (``decision_time``, optional like
+        ``configured_rules``); a request no rule limited never reached the limiter."""
+        if verdict is EXEMPT or verdict is PASS or self.metrics is None:
+            return
+        timed = getattr(self.metrics, "decision_time", None)
+        if timed is not None:
+            timed(perf_counter() - start, verdict.allowed)
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
         """One set of rate-limit headers for a request admitted by several checks (the
