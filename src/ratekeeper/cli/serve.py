@@ -117,8 +117,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     limits.add_argument("--max-connections", metavar="N", help="open connections per HTTP listener (default: 1000)")
     limits.add_argument("--grpc-max-message-bytes", metavar="BYTES", help="a gRPC request, at most (default: 65536)")
-    limits.add_argument("--grpc-max-streams", metavar="N", help="concurrent streams per gRPC connection (default: 100)")
-    limits.add_argument("--grpc-max-rpcs", metavar="N", help="gRPC calls in progress, at most (default: 1000)")
+    limits.add_argument("--grpc-max-streams", metavar="N", help="streams per gRPC connection (default: 1000)")
+    limits.add_argument("--grpc-max-rpcs", metavar="N", help="gRPC calls in progress, at most (default: 4096)")
     limits.add_argument("--grpc-keepalive", metavar="SECONDS", help="ping an idle gRPC client every (default: 60)")
     limits.add_argument(
         "--grpc-idle-timeout", metavar="SECONDS", help="close an idle gRPC connection after (default: 300)"
@@ -207,8 +207,8 @@ def run(args: argparse.Namespace) -> int:
     )
     grpc_limits = GrpcLimits(
         max_message_bytes=int(number("grpc_max_message_bytes", 64 * 1024, integer=True)),
-        max_streams=int(number("grpc_max_streams", 100, integer=True)),
-        max_rpcs=int(number("grpc_max_rpcs", 1000, integer=True)),
+        max_streams=int(number("grpc_max_streams", 1000, integer=True)),
+        max_rpcs=int(number("grpc_max_rpcs", 4096, integer=True)),
         keepalive_seconds=number("grpc_keepalive", 60.0),
         idle_seconds=number("grpc_idle_timeout", 300.0),
     )

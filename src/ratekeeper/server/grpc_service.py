@@ -128,8 +128,8 @@ class GrpcLimits:
     """The bounds of the gRPC server (``ratekeeper serve`` options)."""
 
     max_message_bytes: int = 64 * 1024
-    max_streams: int = 100
-    max_rpcs: int = 1000
+    max_streams: int = 1000
+    max_rpcs: int = 4096
     keepalive_seconds: float = 60.0
     idle_seconds: float = 300.0
 
