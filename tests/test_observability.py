@@ -20,6 +20,7 @@ import httpx
 import pytest
 import yaml
 
+from server.clients import OK, OVER_LIMIT, descriptor, envoy_request, should_rate_limit
 from server.conftest import Served, start_server
 from servers import free_port, wait_until
 
@@ -38,6 +39,13 @@ rules:
   - name: obs.shadow
     limits: ["1/minute"]
     shadow: true
+"""
+
+ENVOY = """
+domain: obs_envoy
+descriptors:
+  - key: partner
+    rate_limit: {unit: minute, requests_per_unit: 1}
 """
 
 
@@ -132,6 +140,32 @@ def test_the_middleware_times_its_decisions_allowed_and_refused_apart() -> None:
     assert 0 < (metrics.value("ratekeeper_decision_latency_seconds_sum", result="allowed") or 0) < 5
 
 
+def test_the_service_times_its_grpc_decisions(tmp_path: Path) -> None:
+    """gRPC ShouldRateLimit reports the decision latency as /v1/check does: on a rule of
+    1/minute, one allowed and two refused, read back from the admin surface's /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    served = start_server(tmp_path, rules=[ENVOY])
+    try:
+        codes = [
+            should_rate_limit(
+                served.grpc_target, envoy_request("obs_envoy", [descriptor(("partner", "p"))])
+            ).overall_code
+            for _ in range(3)
+        ]
+        assert [OK, OVER_LIMIT, OVER_LIMIT] == codes
+        text = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    finally:
+        served.stop()
+    counts = {
+        sample.labels["result"]: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "ratekeeper_decision_latency_seconds_count"
+    }
+    assert {"allowed": 1, "refused": 2} == counts
+
+
 # --- a real Prometheus scraping real services --------------------------------------------
 
 
@@ -148,11 +182,12 @@ def _finite(result: list[dict[str, Any]]) -> bool:
 
 
 class _Load:
-    """Sends /v1/check requests to ``url`` from a thread until stopped: the partner and
-    login rules on a few keys (each soon refused), and the shadow rule."""
+    """Sends requests to ``services`` from a thread until stopped: /v1/check of the partner
+    and login rules on a few keys (each soon refused) and of the shadow rule, and a gRPC
+    ShouldRateLimit."""
 
-    def __init__(self, *urls: str) -> None:
-        self.urls = urls
+    def __init__(self, *services: Served) -> None:
+        self.services = services
         self.stop = threading.Event()
         self.answers: dict[int, int] = {}
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -162,10 +197,11 @@ class _Load:
             n = 0
             while not self.stop.is_set():
                 n += 1
-                for url in self.urls:
+                for served in self.services:
                     for rule in ("obs.partner", "obs.login", "obs.shadow"):
-                        reply = client.post(f"{url}/v1/check", json={"rule": rule, "key": f"k{n % 3}"})
+                        reply = client.post(f"{served.url}/v1/check", json={"rule": rule, "key": f"k{n % 3}"})
                         self.answers[reply.status_code] = self.answers.get(reply.status_code, 0) + 1
+                    should_rate_limit(served.grpc_target, envoy_request("obs_envoy", [descriptor(("partner", "p"))]))
                 self.stop.wait(0.02)
 
     def __enter__(self) -> _Load:
@@ -179,11 +215,11 @@ class _Load:
 
 @pytest.fixture
 def services(tmp_path: Path) -> Iterator[tuple[Served, Served]]:
-    healthy = start_server(tmp_path, rules=[RULES])
+    healthy = start_server(tmp_path, rules=[RULES, ENVOY])
     # A Redis port nobody listens on: every store call fails, the breaker opens, and
     # --on-error allow answers with fallback decisions.
     down = start_server(
-        tmp_path, rules=[RULES], store=f"redis://127.0.0.1:{free_port()}/0", args=["--on-error", "allow"]
+        tmp_path, rules=[RULES, ENVOY], store=f"redis://127.0.0.1:{free_port()}/0", args=["--on-error", "allow"]
     )
     yield healthy, down
     for served in (healthy, down):
@@ -227,7 +263,7 @@ def test_a_real_prometheus_answers_every_panel_and_alert_query(services: tuple[S
             stderr=subprocess.STDOUT,
         )
         try:
-            with _Load(healthy.url, down.url) as load:
+            with _Load(healthy, down) as load:
                 panels = _panel_queries()
                 empty = [expr for _, expr in panels]
 
@@ -246,7 +282,7 @@ def test_a_real_prometheus_answers_every_panel_and_alert_query(services: tuple[S
                 by_title.setdefault(title, []).extend(_api(port, "query", query=expr)["result"])
             assert {"allowed", "refused"} <= {r["metric"]["result"] for r in by_title["Limiter latency: p99"]}
             assert {"obs.partner", "obs.login"} <= {r["metric"]["rule"] for r in by_title["Refused per rule"]}
-            assert {"http"} == {r["metric"]["transport"] for r in by_title["Requests per transport"]}
+            assert {"http", "grpc"} == {r["metric"]["transport"] for r in by_title["Requests per transport"]}
             down_instance = down.admin_url.removeprefix("http://")
             breaker = {
                 (r["metric"]["instance"], r["metric"]["state"]): r["value"][1] for r in by_title["Breaker state"]

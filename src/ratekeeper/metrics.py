@@ -30,8 +30,8 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
   decision took (its whole transaction: every rule, the store round trips, the failure
   policy), ``result`` ``allowed`` or ``refused``: a refusal may answer from the
   over-limit cache or the open breaker without a round trip, so the two are kept apart.
-  Reported by the layer that holds the request (the service's ``/v1/check`` and the web
-  middleware; not yet the gRPC ``ShouldRateLimit``), through ``decision_time``.
+  Reported by the layer that holds the request (the service's ``/v1/check``, its Envoy
+  ``ShouldRateLimit`` and ``/json``, and the web middleware), through ``decision_time``.
 - ``ratekeeper_skipped_total{rule}``: requests a rule did not limit because their key
   could not be built (a header or path part was missing).
 

@@ -145,6 +145,7 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
                 )
             )
 
+    start = time.perf_counter()
     try:
         verdicts = await charge(service.limiter, slots, charging_for(service, config))
     finally:
@@ -160,6 +161,8 @@ async def should_rate_limit(service: Service, request: Any) -> Any:
     # The service-wide shadow mode (Envoy's SHADOW_MODE) lets the request through; each
     # descriptor's status still says what it would have been.
     ok = overall_ok(outcomes) or bool(getattr(config, "global_shadow", False))
+    if slots:  # the limiter decided something: its time, as /v1/check reports it
+        service.metrics.decision_time(time.perf_counter() - start, ok)
     response = Response(overall_code=Response.OK if ok else Response.OVER_LIMIT)
     for answer in answers:
         status = response.statuses.add()
