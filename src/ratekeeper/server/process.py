@@ -203,8 +203,11 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
             raise OSError(f"the {listener.surface.name} HTTP server did not start")
     await health.set(await service.store_problem() is None)
     ticker = asyncio.create_task(_tick(service, health, stop), name="tick")
-    # The status page's charts: decisions per rule sampled every few seconds (bounded ring).
-    sampler = asyncio.create_task(history_of(service).run(), name="status sampler")
+    # The status page's charts (admin surface): decisions per rule sampled every few seconds
+    # into a bounded ring; nothing to sample for when that surface is off.
+    sampler = asyncio.create_task(
+        history_of(service).run() if settings.admin_port is not None else stop.wait(), name="status sampler"
+    )
     urls = {listener.surface.name: listener.url for listener in listeners}
     _warn_if_exposed(
         settings, listeners, grpc_port is not None, tls is not None

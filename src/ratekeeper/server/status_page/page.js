@@ -28,13 +28,13 @@ function setStatus(id, text, good) {
 }
 
 // One small chart: a polyline per kind, decisions per interval, on a shared y scale.
-function chart(rule, series, times) {
+function chart(rule, series, times, interval) {
   const box = el("div", { class: "chart", "data-rule": rule });
   box.appendChild(el("h3", {}, rule));
-  const totals = KINDS.map((k) => `${k} ${series[k].reduce((a, b) => a + b, 0)}`).join(" · ");
-  box.appendChild(el("div", { class: "totals" }, totals));
   const w = 300, h = 80, n = Math.max(times.length, 2);
   const top = Math.max(1, ...KINDS.flatMap((k) => series[k]));
+  const totals = KINDS.map((k) => `${k} ${series[k].reduce((a, b) => a + b, 0)}`).join(" · ");
+  box.appendChild(el("div", { class: "totals" }, `${totals} · top of chart ${top} / ${interval} s`));
   const plot = svg("svg", { viewBox: `0 0 ${w} ${h}`, preserveAspectRatio: "none", role: "img" });
   plot.appendChild(svg("title", {})).textContent = `${rule}: decisions per interval, peak ${top}`;
   for (const kind of KINDS) {
@@ -81,7 +81,7 @@ function draw(doc) {
   const d = doc.decisions;
   const names = Object.keys(d.rules);
   const charts = document.getElementById("charts");
-  charts.replaceChildren(...names.map((rule) => chart(rule, d.rules[rule], d.times)));
+  charts.replaceChildren(...names.map((rule) => chart(rule, d.rules[rule], d.times, d.interval)));
   if (!names.length) charts.appendChild(el("p", { class: "note" }, "No decisions yet."));
   document.getElementById("updated").textContent =
     `updated ${new Date(doc.now * 1000).toLocaleTimeString()} · a point every ${d.interval} s`;
