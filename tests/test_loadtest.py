@@ -154,3 +154,40 @@ def test_a_target_that_does_not_answer_gives_errors_not_a_hang(tmp_path: Path) -
             assert entry["sent"] == entry["errors"] == 20 and entry["allowed"] == entry["denied"] == 0, target
     finally:
         silent.close()
+
+
+def test_a_profiles_file_against_a_running_app_with_its_pid(tmp_path: Path) -> None:
+    # The file mode: the app started here (as a user's own would be), its pid given, so
+    # the run charts its memory; a ramp of two stages and a key that varies per request.
+    from ratekeeper_bench.loadtest.scenario import AppServer
+
+    with AppServer(tmp_path) as app:
+        profiles = tmp_path / "profiles.yaml"
+        profiles.write_text(
+            yaml.safe_dump(
+                {
+                    "target": app.url,
+                    "duration": "2s",
+                    "profiles": [
+                        {
+                            "name": "bob",
+                            "stages": [{"rate": 10, "for": "1s"}, {"rate": 40, "for": "1s"}],
+                            "headers": {"X-Account-ID": "bob@example.com"},
+                            "expect": "10/s",
+                        },
+                        {"name": "fresh ids", "rate": 30, "headers": {"X-Account-ID": "new-{n}@example.com"}},
+                    ],
+                }
+            )
+        )
+        out = tmp_path / "out"
+        done = subprocess.run(
+            [sys.executable, "-m", "ratekeeper", "loadtest", str(profiles), "--pid", str(app.pid), "--out", str(out)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = {e["profile"]: e for e in json.loads((out / "summary.json").read_text())["profiles"]}
+    bob = summary["bob"]
+    assert bob["sent"] == 50 and bob["allowed"] <= bob["bound"] and bob["denied"] > 0
+    assert summary["fresh ids"]["allowed"] == summary["fresh ids"]["sent"] == 60  # each id is new: none refused
+    assert (out / "memory.png").read_bytes().startswith(PNG_SIGNATURE)

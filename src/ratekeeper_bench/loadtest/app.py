@@ -18,7 +18,16 @@ from ratekeeper.rule import Rule
 from ratekeeper.web import RateLimitMiddleware
 from ratekeeper.web.core import RequestView
 
-__all__ = ["ACCOUNTS", "ACCOUNT_HEADER", "ADMIN", "ANONYMOUS_LIMIT", "FAILSAFE", "account_limits", "create_app"]
+__all__ = [
+    "ACCOUNTS",
+    "ACCOUNT_HEADER",
+    "ADMIN",
+    "ANONYMOUS_LIMIT",
+    "FAILSAFE",
+    "QUOTA_MAX_KEYS",
+    "account_limits",
+    "create_app",
+]
 
 ACCOUNT_HEADER = "x-account-id"
 ACCOUNTS = {"alice@example.com": "1/minute", "bob@example.com": "10/s", "carol@example.com": "100/s"}
@@ -26,6 +35,7 @@ ACCOUNTS = {"alice@example.com": "1/minute", "bob@example.com": "10/s", "carol@e
 ADMIN = "admin@example.com"
 FAILSAFE = "5/s"
 """The accounts rule's own limit: what an account gets until (or unless) the provider answers."""
+QUOTA_MAX_KEYS = 1000
 ANONYMOUS_LIMIT = "20/s"
 """Requests without an account, per client address."""
 
@@ -49,7 +59,10 @@ def _key(view: RequestView, rule: HttpRule) -> str | None:
 
 
 def create_app() -> Starlette:
-    quota = Quota(account_limits, ttl=300, max_keys=10_000)
+    # At most 1,000 accounts' answers are kept: the flood of unknown ids fills the cache in
+    # a few seconds, after which the server's memory must stay flat. The real accounts,
+    # asked for many times a second, are the most recently used and stay.
+    quota = Quota(account_limits, ttl=300, max_keys=QUOTA_MAX_KEYS)
     accounts = Rule("accounts", [FAILSAFE], quota=quota)
     # Known accounts are looked up before the first request, so their first second is
     # decided by their own plan rather than by the failsafe.

@@ -36,7 +36,7 @@ def _rates(result: RunResult, path: Path) -> Path:
         if p.expect is not None:
             # The limit's sustained rate; its burst shows as the first second above the line.
             ax.axhline(p.expect.count / p.expect.period, linestyle="--", color="black", label=f"limit {p.expect}")
-        ax.set_title(p.name + (" (control)" if p.control else ""), fontsize=9, loc="left")
+        ax.set_title(_label(p.name, p.control), fontsize=9, loc="left")
         ax.set_ylabel("requests/s")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("second of the run")
@@ -58,7 +58,7 @@ def _latencies(summary: dict[str, Any], path: Path) -> Path:
     if control:
         ax.axhline(control[0]["latency_ms"]["p99_ms"], linestyle="--", color="black", label="control p99")
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(entries))])
-    ax.set_xticklabels([e["profile"] + ("\n(control)" if e.get("control") else "") for e in entries], fontsize=8)
+    ax.set_xticklabels([_label(e["profile"], e.get("control", False)) for e in entries], fontsize=8, rotation=15)
     ax.set_yscale("log")
     ax.set_ylabel("latency from intended send, ms (log)")
     ax.legend(fontsize=8)
@@ -66,6 +66,10 @@ def _latencies(summary: dict[str, Any], path: Path) -> Path:
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def _label(name: str, control: bool) -> str:
+    return f"{name} (control)" if control and "control" not in name else name
 
 
 def _memory(result: RunResult, path: Path) -> Path:

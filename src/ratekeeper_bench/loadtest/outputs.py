@@ -89,7 +89,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
     table.add_column("verdict")
     for e in summary["profiles"]:
         lat = e["latency_ms"]
-        name = e["profile"] + (" (control)" if e.get("control") else "")
+        name = e["profile"] + (" (control)" if e.get("control") and "control" not in e["profile"] else "")
         bound = f"{e['bound']} ({e['expect']})" if "bound" in e else "-"
         table.add_row(
             name, str(e["sent"]), str(e["allowed"]), str(e["denied"]), str(e["errors"]), str(e["late"]),
