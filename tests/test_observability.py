@@ -287,7 +287,9 @@ def test_a_real_prometheus_answers_every_panel_and_alert_query(services: tuple[S
             breaker = {
                 (r["metric"]["instance"], r["metric"]["state"]): r["value"][1] for r in by_title["Breaker state"]
             }
-            assert "1" == breaker[(down_instance, "open")]
+            # The down store's breaker is open or probing (half open), never closed.
+            assert "0" == breaker[(down_instance, "closed")]
+            assert "1" == breaker[(healthy.admin_url.removeprefix("http://"), "closed")]
 
             # Every alert expression is valid PromQL; those whose cause the down service
             # shows (without their `for:` wait) select it.
