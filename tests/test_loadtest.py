@@ -191,3 +191,19 @@ def test_a_profiles_file_against_a_running_app_with_its_pid(tmp_path: Path) -> N
     assert bob["sent"] == 50 and bob["allowed"] <= bob["bound"] and bob["denied"] > 0
     assert summary["fresh ids"]["allowed"] == summary["fresh ids"]["sent"] == 60  # each id is new: none refused
     assert (out / "memory.png").read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_trials_each_get_a_fresh_app_and_their_own_results(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "loadtest", "--trials", "2", "--duration", "1s", "--no-charts",
+         "--no-live", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=90, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    trials = json.loads((tmp_path / "trials.json").read_text())
+    assert len(trials) == 2 and "admitted per trial" in done.stdout
+    for trial, summary in enumerate(trials, 1):
+        assert (tmp_path / f"trial-{trial}" / "results.tsv").is_file()
+        alice = next(e for e in summary["profiles"] if e["profile"].startswith("alice"))
+        # A fresh app each trial: alice's one request a minute is admitted in both.
+        assert alice["allowed"] == alice["bound"] == 1

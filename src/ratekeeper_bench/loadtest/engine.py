@@ -42,7 +42,7 @@ Tick = Callable[[float, dict[str, ProfileStats]], None]
 
 
 async def _send(
-    session: aiohttp.ClientSession, url: str, profile: Profile, n: int, due: float, t0: float, stats: ProfileStats
+    session: aiohttp.ClientSession, url: str, profile: Profile, n: int, due: float, index: int, stats: ProfileStats
 ) -> None:
     headers = {k: profile.render(v, n) for k, v in profile.headers.items()}
     status: str
@@ -53,7 +53,7 @@ async def _send(
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         status = type(exc).__name__
     done = time.monotonic()
-    second = stats.second(int(due - t0))
+    second = stats.second(index)  # the send's own second, so each row's counts add up
     stats.statuses[status] += 1
     if status == "429":
         second.denied += 1
@@ -78,13 +78,14 @@ async def _drive(
         if delay > 0:
             await asyncio.sleep(delay)
         now = time.monotonic()
-        second = stats.second(int(offset))
+        index = int(offset)
+        second = stats.second(index)
         second.sent += 1
         if now - due > LATE_AFTER:
             second.late += 1
         if stats.first_send is None:
             stats.first_send = now
-        task = asyncio.create_task(_send(session, url, profile, n, due, t0, stats))
+        task = asyncio.create_task(_send(session, url, profile, n, due, index, stats))
         pending.add(task)
         task.add_done_callback(pending.discard)
     if pending:
