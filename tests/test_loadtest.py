@@ -207,3 +207,26 @@ def test_trials_each_get_a_fresh_app_and_their_own_results(tmp_path: Path) -> No
         alice = next(e for e in summary["profiles"] if e["profile"].startswith("alice"))
         # A fresh app each trial: alice's one request a minute is admitted in both.
         assert alice["allowed"] == alice["bound"] == 1
+
+
+def test_a_stalled_generator_counts_late_sends_and_their_wait(tmp_path: Path) -> None:
+    # The event loop is blocked for 300 ms once (as a saturated machine would block it):
+    # the sends due meanwhile still leave, late, and their latency runs from when they
+    # were due, so the stall shows (no coordinated omission); the run says so.
+    stalled: list[float] = []
+
+    def stall_once(now: float, stats: object) -> None:
+        if not stalled and now > 0.2:
+            stalled.append(now)
+            time.sleep(0.3)
+
+    plan = plan_from(
+        {"target": f"http://127.0.0.1:{free_port()}", "duration": "1s", "profiles": [{"name": "p", "rate": 100}]}
+    )
+    result = asyncio.run(run_plan(plan, tick=stall_once))
+    summary = write_outputs(result, tmp_path)
+    (entry,) = summary["profiles"]
+    assert stalled and entry["sent"] == entry["planned"] == 100
+    assert entry["late"] >= 20  # 300 ms of sends at 100/s, less the loop's own slack
+    assert entry["latency_ms"]["max_ms"] >= 250
+    assert any("could not keep" in w for w in summary["warnings"])
