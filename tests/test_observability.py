@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import subprocess
 import threading
@@ -296,6 +297,9 @@ def test_a_real_prometheus_answers_every_panel_and_alert_query(services: tuple[S
             exprs = _alert_exprs()
             for expr in exprs.values():
                 _api(port, "query", query=expr)  # a parse error answers 400: urlopen raises
+                # A misspelt metric would parse and stay silent forever: each one it reads exists.
+                for name in re.findall(r"\bratekeeper_[a-z_]+", expr):
+                    assert _api(port, "query", query=f"count({name})")["result"], f"{name} has no series"
             for name in ("RatekeeperStoreErrors", "RatekeeperBreakerOpen", "RatekeeperFallbackDecisions"):
                 instances = {r["metric"]["instance"] for r in _api(port, "query", query=exprs[name])["result"]}
                 assert {down_instance} == instances, name
