@@ -11,6 +11,7 @@ omission, as wrk2 and oha correct for it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass
 
@@ -33,6 +34,33 @@ class Sample:
     status: int  # HTTP status; 0 when no answer came (a connection error or a timeout)
 
 
+@dataclass
+class Progress:
+    """Running counts of the limited route, for the line printed while the run goes."""
+
+    sent: int = 0
+    admitted: int = 0
+    denied: int = 0
+    errors: int = 0
+
+    def count(self, status: int) -> None:
+        self.sent += 1
+        self.admitted += status == 200
+        self.denied += status == 429
+        self.errors += status not in (200, 429)
+
+
+async def _report_progress(progress: Progress, t0: float, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        p = progress
+        print(
+            f"  t={time.perf_counter() - t0:6.1f} s  sent {p.sent}  admitted {p.admitted}  denied {p.denied}"
+            f"  errors {p.errors}",
+            flush=True,
+        )
+
+
 def schedule(phases: tuple[tuple[float, float], ...], speed: float) -> list[float]:
     """Intended send times (seconds from the start) of one instance through ``phases``."""
     times: list[float] = []
@@ -46,7 +74,14 @@ def schedule(phases: tuple[tuple[float, float], ...], speed: float) -> list[floa
 
 
 async def _one(
-    client: aiohttp.ClientSession, instance: int, route: str, user: str, path: str, intended: float, t0: float
+    client: aiohttp.ClientSession,
+    instance: int,
+    route: str,
+    user: str,
+    path: str,
+    intended: float,
+    t0: float,
+    progress: Progress,
 ) -> Sample:
     sent = time.perf_counter() - t0
     try:
@@ -55,6 +90,8 @@ async def _one(
             status = response.status
     except (aiohttp.ClientError, TimeoutError):
         status = 0
+    if route == "limited":
+        progress.count(status)
     return Sample(instance, route, user, intended, sent, time.perf_counter() - t0 - intended, status)
 
 
@@ -66,6 +103,7 @@ async def _dispatch(
     times: list[float],
     users: list[str],
     t0: float,
+    progress: Progress,
 ) -> list[Sample]:
     tasks: list[asyncio.Task[Sample]] = []
     for i, at in enumerate(times):
@@ -73,14 +111,22 @@ async def _dispatch(
         if delay > 0:
             await asyncio.sleep(delay)
         user = users[i % len(users)]
-        tasks.append(asyncio.create_task(_one(client, instance, route, user, f"{prefix}/{user}", at, t0)))
+        tasks.append(asyncio.create_task(_one(client, instance, route, user, f"{prefix}/{user}", at, t0, progress)))
     return list(await asyncio.gather(*tasks))
 
 
 async def drive(
-    urls: list[str], times: list[float], floor_times: list[float], users: list[str], timeout: float = 10.0
+    urls: list[str],
+    times: list[float],
+    floor_times: list[float],
+    users: list[str],
+    timeout: float = 10.0,
+    progress_every: float | None = None,
 ) -> list[Sample]:
-    """Run the schedule at every instance at once; every sample, limited and floor."""
+    """Run the schedule at every instance at once; every sample, limited and floor.
+
+    With ``progress_every``, a line of running counts is printed that often.
+    """
     clients = [
         aiohttp.ClientSession(
             base_url=url, timeout=aiohttp.ClientTimeout(total=timeout), connector=aiohttp.TCPConnector(limit=500)
@@ -96,11 +142,17 @@ async def drive(
                 async with client.get(path) as response:
                     await response.read()
         t0 = time.perf_counter() + 0.2  # room to create the dispatchers before the first send
+        progress = Progress()
+        reporter = asyncio.create_task(_report_progress(progress, t0, progress_every)) if progress_every else None
         jobs = []
         for n, client in enumerate(clients):
-            jobs.append(_dispatch(client, n, "limited", "/items", times, users, t0))
-            jobs.append(_dispatch(client, n, "floor", "/unlimited", floor_times, users, t0))
+            jobs.append(_dispatch(client, n, "limited", "/items", times, users, t0, progress))
+            jobs.append(_dispatch(client, n, "floor", "/unlimited", floor_times, users, t0, progress))
         done = await asyncio.gather(*jobs)
+        if reporter is not None:
+            reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reporter
     finally:
         for client in clients:
             await client.close()

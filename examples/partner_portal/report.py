@@ -101,7 +101,9 @@ def print_report(summary: dict[str, Any], pg: dict[str, Any] | None) -> None:
             f"\nPostgreSQL: deadlocks {pg['deadlocks_before']} -> {pg['deadlocks_after']}"
             f" (moved {pg['deadlocks_moved']});"
             f" lock waits of this run's connections in {pg['samples_with_our_lock_waits']} of {pg['lock_samples']}"
-            f" samples; ungranted locks anywhere in the database in {pg['samples_with_ungranted_locks_in_db']}"
+            f" samples, the longest {pg['longest_lock_wait_ms']:.1f} ms (deadlock_timeout"
+            f" {pg['deadlock_timeout_ms']:.0f} ms); ungranted locks anywhere in the database in"
+            f" {pg['samples_with_ungranted_locks_in_db']}"
         )
 
 

@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -133,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-rate", type=float, default=5.0, help="requests/s per instance to the unlimited route")
     parser.add_argument("--out", type=Path, default=Path("partner_portal_out"), help="summary.json, chart.png, logs")
     args = parser.parse_args(argv)
+    # a TERM (a CI timeout, kill) unwinds like Ctrl-C: the instances stop, the schema is dropped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     speed = SHORT_SPEED if args.short else args.speed
     users = [f"user-{n}" for n in range(args.users or SHORT_USERS)]
     phases = [(rate, seconds / speed) for rate, seconds in RAMP]
@@ -159,12 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             + " per instance",
             flush=True,
         )
+        every = max(1.0, run_seconds / 20)  # about twenty progress lines in a run
         if args.store == "postgres":
             with PgWatcher(args.pg, run_id) as watch:
-                samples = asyncio.run(drive(urls, times, floor_times, users))
+                samples = asyncio.run(drive(urls, times, floor_times, users, progress_every=every))
             pg = watch.as_dict()
         else:
-            samples = asyncio.run(drive(urls, times, floor_times, users))
+            samples = asyncio.run(drive(urls, times, floor_times, users, progress_every=every))
 
     summary = summarize(samples, run_seconds)
     summary.update(run_id=run_id, store=args.store, speed=speed, phases=phases, postgres=pg)
@@ -175,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         problems.append(f"admitted above the bound: {summary['users_above_bound']}")
     if summary["total"]["errors"] or summary["total"]["floor_errors"]:
         problems.append("requests failed")
-    if pg is not None and (pg["deadlocks_moved"] or pg["samples_with_our_lock_waits"] or pg["errors"]):
-        problems.append("PostgreSQL saw a deadlock or a lock wait (or could not be sampled)")
+    if pg is not None and (pg["deadlocks_moved"] or pg["lock_waits_reaching_deadlock_timeout"] or pg["errors"]):
+        problems.append("PostgreSQL counted a deadlock, a lock wait reached deadlock_timeout, or sampling failed")
     summary["problems"] = problems
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(
