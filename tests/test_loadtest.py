@@ -96,6 +96,7 @@ def test_the_built_in_scenario_admits_at_most_each_bound(short_run: ShortRun) ->
     for name in ("admin (control)", "flood of unknown ids"):
         assert profiles[name]["denied"] == 0 and profiles[name]["allowed"] > 0, name
     assert summary["rss_bytes"], "the run started the server, so it sampled its memory"
+    assert 0 < summary["rss_first_bytes"] and 0 < summary["rss_halfway_bytes"] and "MiB halfway" in done.stdout
 
 
 def test_results_tsv_and_hdr_logs_agree_with_the_summary(short_run: ShortRun) -> None:

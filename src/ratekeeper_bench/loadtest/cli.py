@@ -84,6 +84,7 @@ def _run_one(args: argparse.Namespace, console: Console, plan: Plan, out: Path, 
     if "rss_growth_bytes" in summary:
         console.print(
             f"server RSS: {summary['rss_first_bytes'] / 2**20:.1f} MiB at the start, "
+            f"{summary['rss_halfway_bytes'] / 2**20:.1f} MiB halfway, "
             f"{summary['rss_last_bytes'] / 2**20:.1f} MiB at the end"
         )
     console.print(f"results in {out}/")
@@ -95,6 +96,8 @@ def _memory_note(result: RunResult, summary: dict[str, Any]) -> bool:
     if len(result.rss) < 2:
         return False
     summary["rss_first_bytes"] = result.rss[0][1]
+    # Halfway: a flood's working set is built by then, so growth after it is what a leak shows.
+    summary["rss_halfway_bytes"] = result.rss[len(result.rss) // 2][1]
     summary["rss_last_bytes"] = result.rss[-1][1]
     summary["rss_growth_bytes"] = result.rss[-1][1] - result.rss[0][1]
     return True
