@@ -231,3 +231,14 @@ def test_a_stalled_generator_counts_late_sends_and_their_wait(tmp_path: Path) ->
     assert entry["late"] >= 20  # 300 ms of sends at 100/s, less the loop's own slack
     assert entry["latency_ms"]["max_ms"] >= 250
     assert any("could not keep" in w for w in summary["warnings"])
+
+
+def test_a_bad_profiles_file_is_told_not_raised(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("target: http://127.0.0.1:1\nduration: 1s\nprofiles: [{name: a, rate: fast}]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "loadtest", str(bad), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.file is not None:
+        try:  # read once up front, so a bad file is told before anything starts
+            load_plan(args.file, args.target, SHORT_SECONDS if args.short else args.duration)
+        except (OSError, ValueError) as exc:
+            print(f"ratekeeper loadtest: error: {args.file}: {exc}", file=sys.stderr)
+            return 2
     console = Console()
     if not console.is_terminal:  # a log or a pipe: wide enough that the table's cells stay whole
         console = Console(width=160)
