@@ -242,3 +242,23 @@ def test_a_bad_profiles_file_is_told_not_raised(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2 and "error:" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_live_display_shows_each_profiles_rate_counts_and_p99() -> None:
+    from rich.console import Console
+
+    from ratekeeper_bench.loadtest.live import LiveView
+    from ratekeeper_bench.loadtest.stats import ProfileStats
+
+    stats = ProfileStats("bob")
+    for index, (sent, allowed) in enumerate([(40, 20), (40, 10)]):
+        second = stats.second(index)
+        second.sent, second.allowed, second.denied = sent, allowed, sent - allowed
+        second.latencies_ms.extend([1.0] * 39 + [42.0])
+    console = Console(width=120, record=True)
+    console.print(LiveView(live=None, seconds=60).table(2.1, {"bob": stats}))  # type: ignore[arg-type]
+    text = console.export_text()
+    assert "2 / 60 s" in text
+    row = next(line for line in text.splitlines() if "bob" in line)
+    # The last whole second's rate, the totals so far, the p99 of the recent seconds.
+    assert [c.strip() for c in row.split("│")[2:8]] == ["40", "80", "30", "50", "0", "42.0"]
