@@ -358,6 +358,7 @@ def _try_it(settings: Settings) -> str:
     if settings.admin_port:
         admin = f"http://{_url_host(settings.admin_host)}:{settings.admin_port}"
         lines.append(f"  curl -s {admin}/metrics | grep ratekeeper_decisions   # the admin surface")
+        lines.append(f"The status page (rules, live decisions, a form to try a check): {admin}/")
     return "\n".join(lines) + "\n"
 
 
