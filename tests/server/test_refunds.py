@@ -28,7 +28,9 @@ def test_a_lease_named_under_another_key_refunds_nothing_and_frees_nothing(
     if store == POSTGRES_URL:
         schema = f"rk_refund_{uid}"
         request.addfinalizer(lambda: _drop_schema(schema))
-        store = f"{POSTGRES_URL}?schema={schema}"
+        # The first call installs the schema's functions: on a loaded machine that can take
+        # longer than the default 1 s store timeout.
+        store = f"{POSTGRES_URL}?schema={schema}&timeout=10"
     rules = f"""
 rules:
   - name: {uid}.conc
