@@ -42,7 +42,7 @@ def test_ten_concurrent_checks_at_1_per_3s_admit_exactly_one(
     if store == POSTGRES_URL:  # a schema of this test's own, dropped at the end
         schema = f"rk_partner_{uid}"
         request.addfinalizer(lambda: _drop_schema(schema))
-        store = f"{POSTGRES_URL}?schema={schema}"
+        store = f"{POSTGRES_URL}?schema={schema}&timeout=10"  # the first call installs the schema
     served = serve(rules=rules_for(uid), store=store)
 
     bodies = [{"rule": f"{uid}.partner_api", "key": "alice", "cost": 1}] * 10

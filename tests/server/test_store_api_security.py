@@ -47,7 +47,7 @@ def store_url(request: pytest.FixtureRequest, uid: str) -> Iterator[str]:
         client.close()
     else:
         schema = f"rk_store_api_{uid}"
-        yield f"{POSTGRES_URL}?schema={schema}"
+        yield f"{POSTGRES_URL}?schema={schema}&timeout=10"  # the first call installs the schema
         import psycopg
 
         with psycopg.connect(POSTGRES_URL, autocommit=True) as conn:
@@ -156,7 +156,7 @@ def test_an_op_past_bigint_never_reaches_a_statement_shared_with_other_checks(
     and every check is decided."""
     schema = f"rk_store_api_{uid}"
     request.addfinalizer(lambda: _drop_schema(schema))
-    served = serve(rules=[configured(uid)], store=f"{POSTGRES_URL}?schema={schema}", args=["--store-api"])
+    served = serve(rules=[configured(uid)], store=f"{POSTGRES_URL}?schema={schema}&timeout=10", args=["--store-api"])
     name = f"{uid}.items.list"
     poison = [[name, "gcra", [[100, 60_000_000, None]]]]
     start = threading.Barrier(16)
