@@ -56,7 +56,7 @@ def state(response: httpx.Response) -> dict[str, dict[str, Any]]:
 
 def test_partner_scenario_one_200_and_nine_429_with_every_field(store_url: str, rule_name: str) -> None:
     """1/3s per partner on GET /items/{user}, 10 concurrent calls: one passes, nine get a
-    429 carrying every field of DESIGN.md 5.3, on each store."""
+    429 carrying every field docs/web.md lists ("What a client sees"), on each store."""
     rule = http_rule(rule_name, "1/3s", path="/items/{user}", methods=("GET",), key="{path.user}")
     with serve(make_app([rule], store=store_url)) as base:
         responses = asyncio.run(fire(f"{base}/items/acme", 10))

@@ -1,4 +1,4 @@
-"""What the tests send and what they expect of a limited response (DESIGN.md 5.3)."""
+"""What the tests send and what they expect of a limited response (docs/web.md, "What a client sees")."""
 
 from __future__ import annotations
 
