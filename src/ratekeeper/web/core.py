@@ -284,6 +284,8 @@ class RateLimitCore:
             raise ConfigurationError(str(exc)) from None
         self.asynchronous = asynchronous
         self.metrics = metrics
+        # Optional on a metrics object (``Metrics`` has it): looked up once, not per request.
+        self._decision_time: Callable[[float, bool], None] | None = getattr(metrics, "decision_time", None)
         self.owns_limiter = limiter is None  # close only a limiter made here
         if limiter is None:
             kind = AsyncLimiter if asynchronous else Limiter
@@ -376,10 +378,8 @@ class RateLimitCore:
     def _timed(self, start: float, verdict: Verdict) -> None:
         """Report the decision's time to the metrics (``decision_time``, optional like
         ``configured_rules``); a request no rule limited never reached the limiter."""
-        if verdict is EXEMPT or verdict is PASS or self.metrics is None:
-            return
-        timed = getattr(self.metrics, "decision_time", None)
-        if timed is not None:
+        timed = self._decision_time
+        if timed is not None and verdict is not EXEMPT and verdict is not PASS:
             timed(perf_counter() - start, verdict.allowed)
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
