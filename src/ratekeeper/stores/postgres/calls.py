@@ -82,10 +82,11 @@ class PostgresCalls:
         try:
             conn = self._take(what)
             try:
-                deadline_ = self._arm(conn, self.core.timeout if deadline is None else deadline)
+                seconds = self.core.timeout if deadline is None else deadline
+                deadline_ = self._arm(conn, seconds)
                 try:
                     if self._ready and conn not in self._warm:
-                        self._warm_up(conn)
+                        self._warm_up(conn, seconds)
                     if prepared is not None and conn in self._warm:
                         result = self._exec_prepared(conn, prepared[0], params)
                     else:
@@ -166,14 +167,16 @@ class PostgresCalls:
             with contextlib.suppress(Exception):
                 pool.putconn(conn)
 
-    def _warm_up(self, conn: Any) -> None:
+    def _warm_up(self, conn: Any, seconds: float) -> None:
         """Compile the functions and plan their statements in this new session before it
-        locks any row (``PostgresCore.warm_up``), and prepare the statements of one key."""
+        locks any row (``PostgresCore.warm_up``), and prepare the statements of one key;
+        within ``seconds``, the deadline of the call that asked for it."""
         import psycopg
         from psycopg import pq
 
         try:
             with conn.transaction(force_rollback=True):  # compiled and planned; nothing kept
+                conn.execute(self.core.local_statement_timeout(seconds))
                 conn.execute(*self.core.warm_up())
         except psycopg.errors.UndefinedFunction:
             return  # not installed yet: the next call warms it
@@ -257,6 +260,10 @@ class PostgresCalls:
                     log.warning("%s", note)
             else:
                 self.migrate()
+            # The first warm-up compiles every function: a loaded server may take longer than
+            # a decision's timeout, so this store's first connection is warmed within the
+            # migration's timeout, once, instead of failing the first decision.
+            self._execute("SELECT 1", (), "the warm-up", self.core.migrate_timeout)
 
     def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | bool]:
         if not self._ready:

@@ -87,10 +87,11 @@ class AsyncPostgresCalls:
         try:
             conn = await self._take(what)
             try:
-                deadline_ = self._arm(conn, self.core.timeout if deadline is None else deadline)
+                seconds = self.core.timeout if deadline is None else deadline
+                deadline_ = self._arm(conn, seconds)
                 try:
                     if self._ready and conn not in self._warm:
-                        await self._warm_up(conn)
+                        await self._warm_up(conn, seconds)
                     if prepared is not None and conn in self._warm:
                         result = await self._exec_prepared(conn, prepared[0], params)
                     else:
@@ -171,14 +172,16 @@ class AsyncPostgresCalls:
             with contextlib.suppress(Exception):
                 await pool.putconn(conn)
 
-    async def _warm_up(self, conn: Any) -> None:
+    async def _warm_up(self, conn: Any, seconds: float) -> None:
         """Compile the functions and plan their statements in this new session before it
-        locks any row (``PostgresCore.warm_up``), and prepare the statements of one key."""
+        locks any row (``PostgresCore.warm_up``), and prepare the statements of one key;
+        within ``seconds``, the deadline of the call that asked for it."""
         import psycopg
         from psycopg import pq
 
         try:
             async with conn.transaction(force_rollback=True):  # compiled and planned; nothing kept
+                await conn.execute(self.core.local_statement_timeout(seconds))
                 await conn.execute(*self.core.warm_up())
         except psycopg.errors.UndefinedFunction:
             return  # not installed yet: the next call warms it
@@ -262,6 +265,10 @@ class AsyncPostgresCalls:
                     log.warning("%s", note)
             else:
                 await self.migrate()
+            # The first warm-up compiles every function: a loaded server may take longer than
+            # a decision's timeout, so this store's first connection is warmed within the
+            # migration's timeout, once, instead of failing the first decision.
+            await self._execute("SELECT 1", (), "the warm-up", self.core.migrate_timeout)
 
     async def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | bool]:
         if not self._ready:

@@ -172,7 +172,12 @@ class PostgresOptions:
         """The server's ``statement_timeout``: a little under ``timeout``, so the server
         cancels a slow statement (and keeps the connection) before the client-side deadline
         severs it."""
-        return max(1, round(self.timeout * 800))
+        return statement_ms(self.timeout)
+
+
+def statement_ms(seconds: float) -> int:
+    """A server-side statement timeout for a call with ``seconds`` to finish, in ms."""
+    return max(1, round(seconds * 800))
 
 
 def _sql_file(name: str) -> str:
@@ -244,6 +249,12 @@ class PostgresCore:
             f"SELECT set_config('statement_timeout', '{opts.statement_timeout_ms}', false), "
             f"set_config('synchronous_commit', '{'on' if opts.synchronous_commit else 'off'}', false)"
         )
+
+    @staticmethod
+    def local_statement_timeout(seconds: float) -> str:
+        """The statement that gives the rest of a transaction the server-side timeout of a call
+        with ``seconds`` to finish (a little under it, as ``statement_timeout_ms``)."""
+        return f"SET LOCAL statement_timeout = {statement_ms(seconds)}"
 
     def warm_up(self) -> tuple[str, tuple[Any, ...]]:
         """A statement that compiles every function and plans every statement inside them
