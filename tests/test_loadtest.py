@@ -18,11 +18,11 @@ import yaml
 from hdrh.log import HistogramLogReader
 
 from ratekeeper.limit import Limit
-from ratekeeper_bench.loadtest.engine import run_plan
-from ratekeeper_bench.loadtest.outputs import COLUMNS, write_outputs
-from ratekeeper_bench.loadtest.profiles import Profile, Stage, plan_from
-from ratekeeper_bench.loadtest.schedule import send_offsets
-from ratekeeper_bench.process import free_port
+from ratekeeper.loadtest.engine import run_plan
+from ratekeeper.loadtest.outputs import COLUMNS, write_outputs
+from ratekeeper.loadtest.process import free_port
+from ratekeeper.loadtest.profiles import Profile, Stage, plan_from
+from ratekeeper.loadtest.schedule import send_offsets
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 ShortRun = tuple[subprocess.CompletedProcess[str], Path]
@@ -160,7 +160,7 @@ def test_a_target_that_does_not_answer_gives_errors_not_a_hang(tmp_path: Path) -
 def test_a_profiles_file_against_a_running_app_with_its_pid(tmp_path: Path) -> None:
     # The file mode: the app started here (as a user's own would be), its pid given, so
     # the run charts its memory; a ramp of two stages and a key that varies per request.
-    from ratekeeper_bench.loadtest.scenario import AppServer
+    from ratekeeper.loadtest.scenario import AppServer
 
     with AppServer(tmp_path) as app:
         profiles = tmp_path / "profiles.yaml"
@@ -247,8 +247,8 @@ def test_a_bad_profiles_file_is_told_not_raised(tmp_path: Path) -> None:
 def test_the_live_display_shows_each_profiles_rate_counts_and_p99() -> None:
     from rich.console import Console
 
-    from ratekeeper_bench.loadtest.live import LiveView
-    from ratekeeper_bench.loadtest.stats import ProfileStats
+    from ratekeeper.loadtest.live import LiveView
+    from ratekeeper.loadtest.stats import ProfileStats
 
     stats = ProfileStats("bob")
     for index, (sent, allowed) in enumerate([(40, 20), (40, 10)]):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ratekeeper_bench.process import HOST, ProcessError, ServerProcess, free_port
+from ratekeeper.loadtest.process import HOST, ProcessError, ServerProcess, free_port
 
 __all__ = ["OPEN_LIMIT", "Names", "Service", "ServiceError", "rules_files"]
 

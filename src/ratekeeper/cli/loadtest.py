@@ -1,7 +1,7 @@
 """``ratekeeper loadtest [FILE]``: an open-loop load generator for an endpoint behind a
 limiter, with results, charts and a verdict per profile (needs the ``loadtest`` extra;
-docs/loadtest.md). The engine lives in ``ratekeeper_bench.loadtest``, imported only when
-the command line is built."""
+docs/loadtest.md). The engine, ``ratekeeper.loadtest``, is imported only when the
+command line is built."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         epilog="Profiles, outputs and how to read them: docs/loadtest.md.",
     )
     try:
-        from ratekeeper_bench.loadtest.cli import add_arguments
+        from ratekeeper.loadtest.cli import add_arguments
     except ImportError as exc:  # the loadtest extra is missing: the other commands still work
         p.set_defaults(loadtest_missing=str(exc))
         return
@@ -34,6 +34,6 @@ def run(args: argparse.Namespace) -> int:
     if missing is not None:
         print(f"ratekeeper loadtest needs the loadtest extra (pip install 'ratekeeper[loadtest]'): {missing}")
         return 2
-    from ratekeeper_bench.loadtest.cli import run as run_loadtest
+    from ratekeeper.loadtest.cli import run as run_loadtest
 
     return run_loadtest(args)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratekeeper_bench.process import HOST, ProcessError, ServerProcess, free_port, tree_cpu_seconds
+from ratekeeper.loadtest.process import HOST, ProcessError, ServerProcess, free_port, tree_cpu_seconds
 from ratekeeper_bench.web_apps import PATH, AppConfig
 
 __all__ = ["FRAMEWORKS", "HOST", "Framework", "Server", "ServerError", "free_port", "tree_cpu_seconds"]

@@ -14,11 +14,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from ratekeeper_bench.loadtest.engine import RunResult, run_plan
-from ratekeeper_bench.loadtest.live import LiveView
-from ratekeeper_bench.loadtest.outputs import print_summary, verdict, write_outputs
-from ratekeeper_bench.loadtest.profiles import Plan, load_plan, parse_duration
-from ratekeeper_bench.loadtest.scenario import AppServer, scenario_plan
+from ratekeeper.loadtest.engine import RunResult, run_plan
+from ratekeeper.loadtest.live import LiveView
+from ratekeeper.loadtest.outputs import print_summary, verdict, write_outputs
+from ratekeeper.loadtest.profiles import Plan, load_plan, parse_duration
+from ratekeeper.loadtest.scenario import AppServer, scenario_plan
 
 __all__ = ["add_arguments", "run"]
 
@@ -84,7 +84,7 @@ def _run_one(args: argparse.Namespace, console: Console, plan: Plan, out: Path, 
     if _memory_note(result, summary):
         (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if not args.no_charts:
-        from ratekeeper_bench.loadtest.charts import write_charts
+        from ratekeeper.loadtest.charts import write_charts
 
         write_charts(result, summary, out)
     print_summary(summary, console)

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 from ratekeeper.limit import Limit
-from ratekeeper_bench.loadtest.app import ACCOUNT_HEADER, ACCOUNTS, ADMIN, ANONYMOUS_LIMIT, FAILSAFE
-from ratekeeper_bench.loadtest.profiles import Plan, Profile, Stage
-from ratekeeper_bench.process import HOST, ProcessError, ServerProcess, free_port
+from ratekeeper.loadtest.app import ACCOUNT_HEADER, ACCOUNTS, ADMIN, ANONYMOUS_LIMIT, FAILSAFE
+from ratekeeper.loadtest.process import HOST, ProcessError, ServerProcess, free_port
+from ratekeeper.loadtest.profiles import Plan, Profile, Stage
 
 __all__ = ["AppServer", "scenario_plan"]
 
@@ -60,7 +60,7 @@ class AppServer(ServerProcess):
 
     def start(self) -> None:
         command = [
-            sys.executable, "-m", "uvicorn", "--factory", "ratekeeper_bench.loadtest.app:create_app",
+            sys.executable, "-m", "uvicorn", "--factory", "ratekeeper.loadtest.app:create_app",
             "--host", HOST, "--port", str(self.port), "--no-access-log", "--log-level", "warning",
         ]  # fmt: skip
         self.spawn(command, {**os.environ, "PYTHONUNBUFFERED": "1"})

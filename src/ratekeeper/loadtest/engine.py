@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from ratekeeper_bench.loadtest.memory import RssSampler
-from ratekeeper_bench.loadtest.profiles import Plan, Profile
-from ratekeeper_bench.loadtest.schedule import send_offsets
-from ratekeeper_bench.loadtest.stats import ProfileStats
+from ratekeeper.loadtest.memory import RssSampler
+from ratekeeper.loadtest.profiles import Plan, Profile
+from ratekeeper.loadtest.schedule import send_offsets
+from ratekeeper.loadtest.stats import ProfileStats
 
 __all__ = ["LATE_AFTER", "RunResult", "run_plan"]
 

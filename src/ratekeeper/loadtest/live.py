@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.live import Live
 from rich.table import Table
 
-from ratekeeper_bench.loadtest.stats import ProfileStats
+from ratekeeper.loadtest.stats import ProfileStats
 
 __all__ = ["LiveView"]
 

@@ -12,7 +12,7 @@ from hdrh.log import HistogramLogWriter  # type: ignore[import-untyped]
 from rich.console import Console
 from rich.table import Table
 
-from ratekeeper_bench.loadtest.engine import RunResult
+from ratekeeper.loadtest.engine import RunResult
 
 __all__ = ["COLUMNS", "summarize", "summary_table", "write_outputs"]
 

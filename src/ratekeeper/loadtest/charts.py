@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: no display, no GUI toolkit
 import matplotlib.pyplot as plt
 
-from ratekeeper_bench.loadtest.engine import RunResult
+from ratekeeper.loadtest.engine import RunResult
 
 __all__ = ["write_charts"]
 

@@ -1,10 +1,10 @@
-"""A server process the benchmarks start and load: spare port, optional CPU pin, log file.
+"""A server process a load run starts and loads: spare port, optional CPU pin, log file.
 
 ``ServerProcess`` starts one child (``spawn``), optionally pinned to one CPU with
 ``taskset``, its output in a log file whose tail explains a child that failed to start,
-and stops it with SIGTERM (SIGKILL when it does not end in time). ``bench web``'s
-servers and ``bench serve``'s service are its subclasses; they add what they run and
-how they are probed.
+and stops it with SIGTERM (SIGKILL when it does not end in time). The built-in
+scenario's app server, and the benchmark harness's servers (``ratekeeper-bench``), are
+its subclasses; they add what they run and how they are probed.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ HOST = "127.0.0.1"
 
 
 class ProcessError(RuntimeError):
-    """A benchmark's server process did not start, or stopped answering."""
+    """A server process did not start, or stopped answering."""
 
 
 def _ephemeral_range() -> tuple[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 
-from ratekeeper_bench.loadtest.profiles import Profile
+from ratekeeper.loadtest.profiles import Profile
 
 __all__ = ["send_offsets"]
 

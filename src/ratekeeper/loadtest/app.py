@@ -2,7 +2,7 @@
 one rule whose per-account limits come from a quota provider (a stand-in for a billing
 system), one rule for anonymous traffic by client address, and the admin account exempt
 from both (the control). Served by uvicorn: ``uvicorn --factory
-ratekeeper_bench.loadtest.app:create_app``."""
+ratekeeper.loadtest.app:create_app``."""
 
 from __future__ import annotations
 
