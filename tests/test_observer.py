@@ -10,7 +10,8 @@ import pytest
 from ratekeeper import AsyncLimiter, Decision, Limiter, Op, Rule, StoreError, StoreTimeout
 from ratekeeper.algorithms.base import Plan
 from ratekeeper.limiter.breaker import CLOSED, OPEN, CircuitBreaker
-from ratekeeper.limiter.observer import AsyncObservedStore, ObservedStore
+from ratekeeper.limiter.store_wrappers import ObservedStore
+from ratekeeper.limiter.store_wrappers_async import AsyncObservedStore
 from ratekeeper.stores.base import InProcessAsync
 from ratekeeper.stores.memory import MemoryStore
 from ratekeeper.testing import FakeClock, RecordingObserver

@@ -1,4 +1,4 @@
-"""``limiter.py`` is generated from ``async_limiter.py``: the sync and async APIs cannot drift."""
+"""Every generated twin is current (``limiter.py`` from ``limiter_async.py``, ...): the APIs cannot drift."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_limiter_is_the_generated_sync_twin_of_async_limiter() -> None:
-    """``python tools/unasync.py --check`` passes: edit async_limiter.py, then regenerate."""
+    """``python tools/unasync.py --check`` passes: edit the ``*_async.py`` source, then regenerate."""
     result = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "unasync.py"), "--check"], capture_output=True, text=True, check=False
     )

@@ -47,10 +47,16 @@ NAMES: dict[str, str] = {
 # (asyncio source, blocking target, the target's docstring's first line, the pair's renames)
 PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
     (
-        PACKAGE / "limiter" / "async_limiter.py",
+        PACKAGE / "limiter" / "limiter_async.py",
         PACKAGE / "limiter" / "limiter.py",
-        "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.",
-        {"AsyncLimiter": "Limiter", "AsyncLease": "Lease"},
+        "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed; ``Lease``.",
+        {"AsyncLimiter": "Limiter", "AsyncLease": "Lease", "store_wrappers_async": "store_wrappers"},
+    ),
+    (
+        PACKAGE / "limiter" / "store_wrappers_async.py",
+        PACKAGE / "limiter" / "store_wrappers.py",
+        "The stores a ``Limiter`` wraps around its own: ``ObservedStore`` and ``OverLimitCache``.",
+        {},
     ),
     (
         PACKAGE / "stores" / "redis" / "calls_async.py",

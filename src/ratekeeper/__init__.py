@@ -26,9 +26,8 @@ from ratekeeper.errors import (
     StoreTimeout,
 )
 from ratekeeper.limit import Limit
-from ratekeeper.limiter.async_limiter import AsyncLimiter
-from ratekeeper.limiter.lease import AsyncLease, Lease
-from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter import Lease, Limiter
+from ratekeeper.limiter.limiter_async import AsyncLease, AsyncLimiter
 from ratekeeper.limiter.observer import Observer
 from ratekeeper.op import Op
 from ratekeeper.quota import UNLIMITED, Quota

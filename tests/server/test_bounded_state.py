@@ -130,7 +130,7 @@ def test_a_flood_leaves_the_memory_store_holding_only_the_kept_override_tables(
     """The service's own count of tables is not exported; the memory store's is read in a
     process of the same code: one ``Service`` on a real event loop, answering gRPC."""
     from ratekeeper.config.envoy import parse_envoy
-    from ratekeeper.limiter.async_limiter import AsyncLimiter
+    from ratekeeper.limiter.limiter_async import AsyncLimiter
     from ratekeeper.metrics import Metrics
     from ratekeeper.server.catalog import build_catalog
     from ratekeeper.server.envoy import overrides_of

@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ratekeeper import Rule
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web import RateLimitMiddleware
 from ratekeeper.web.fastapi import RateLimit
 from ratekeeper.web.problem import LIMITER_UNAVAILABLE

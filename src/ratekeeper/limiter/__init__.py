@@ -1,15 +1,16 @@
 """The limiter shell: ``Limiter`` and ``AsyncLimiter`` over a store.
 
-``async_limiter.py`` is the source; ``limiter.py`` is generated from it
-(``tools/unasync.py``). What both share is sans-IO and written once: the argument checks
-(``checks``), the waiting logic of ``acquire`` (``flows``), the failure policy and the
-circuit breaker (``failure``, ``breaker``), the observer seam (``observer``), the
-decorator and the lease context managers.
+``limiter_async.py`` is the source; ``limiter.py`` is generated from it, as
+``store_wrappers.py`` is from ``store_wrappers_async.py`` (``tools/unasync.py``). What
+both share is sans-IO and written once: the argument checks (``checks``), the waiting
+logic of ``acquire`` (``flows``), the failure policy and the circuit breaker
+(``failure``, ``breaker``), the observer seam (``observer``), the over-limit cache's
+entries (``overlimit``), the decorator and the state of a lease (``lease_state``).
 """
 
 from __future__ import annotations
 
-from ratekeeper.limiter.async_limiter import AsyncLimiter
-from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter import Lease, Limiter
+from ratekeeper.limiter.limiter_async import AsyncLease, AsyncLimiter
 
-__all__ = ["AsyncLimiter", "Limiter"]
+__all__ = ["AsyncLease", "AsyncLimiter", "Lease", "Limiter"]

@@ -183,6 +183,15 @@ class CircuitBreaker:
         if self._state is not CLOSED and not self.allow():
             raise self.open_error()
 
+    def __enter__(self) -> None:
+        """``with breaker:`` around one store call: ``check`` before it, ``record_success``
+        when it answered (a ``StoreError`` is recorded by the failure policy that handles it)."""
+        self.check()
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if exc is None:
+            self.record_success()
+
     def open_error(self) -> CircuitOpen:
         """The error for a call the breaker refused: says for how long, and the last failure."""
         return CircuitOpen(

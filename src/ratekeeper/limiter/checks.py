@@ -27,8 +27,8 @@ __all__ = [
     "check",
     "check_lease_id",
     "check_timeout",
+    "checked_plan",
     "new_lease_id",
-    "plan_for",
     "refund_op",
     "require_leases",
     "resolve_items",
@@ -79,19 +79,16 @@ def bad_call(rule: object, key: object, cost: object) -> InvalidRequest:
     return InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
 
 
-def plan_for(rule: Rule, key: str) -> Plan | None:
-    """The plan that decides ``key`` under ``rule`` (None: the key is not limited)."""
-    if rule.quota is None:
-        return rule.plan
-    plan = rule.quota.plan_for(key, rule)
-    return None if plan is UNLIMITED else plan
+def checked_plan(rule: Rule, key: str, cost: int) -> Plan | None:
+    """The plan that decides ``key`` under ``rule`` (None: the key is not limited), once
+    ``rule``, ``key`` and ``cost`` are found acceptable (else ``InvalidRequest``: ``bad_call``).
 
-
-def check(rule: Any, key: Any, cost: Any) -> None:
-    """Refuse a call whose rule, key or cost is not acceptable (``try_acquire`` inlines it)."""
+    Every call of the limiter starts here, ``try_acquire`` included, so the conditions
+    are ordered cheapest first and a rule is recognised by its ``quota`` attribute (one
+    read; ``isinstance`` would cost more on every call).
+    """
     if (
-        not isinstance(rule, Rule)
-        or type(key) is not str
+        type(key) is not str
         or not key
         or len(key) > MAX_KEY_LENGTH
         or type(cost) is not int
@@ -99,6 +96,19 @@ def check(rule: Any, key: Any, cost: Any) -> None:
         or (not key.isascii() and unencodable_at(key) is not None)
     ):
         raise bad_call(rule, key, cost)
+    try:
+        quota = rule.quota
+    except AttributeError:
+        raise bad_call(rule, key, cost) from None
+    if quota is None:
+        return rule._plan  # the attribute: the ``plan`` property costs a frame
+    plan = quota.plan_for(key, rule)
+    return None if plan is UNLIMITED else plan
+
+
+def check(rule: Any, key: Any, cost: Any) -> None:
+    """Refuse a call whose rule, key or cost is not acceptable (``InvalidRequest``)."""
+    checked_plan(rule, key, cost)
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -124,8 +134,7 @@ def resolve_items(items: Iterable[Any]) -> Resolved:
         if not isinstance(item, tuple) or len(item) not in (2, 3):
             raise InvalidRequest(f"each item must be (rule, key) or (rule, key, cost), got {item!r}")
         rule, key, cost = item if len(item) == 3 else (*item, 1)
-        check(rule, key, cost)
-        plan = plan_for(rule, key)
+        plan = checked_plan(rule, key, cost)
         if plan is None:
             resolved.append((rule, None))
         else:
@@ -152,10 +161,9 @@ def batch_result(resolved: Resolved, answers: Iterable[Decision]) -> BatchDecisi
 
 def refund_op(rule: Rule, key: str, cost: int, lease_id: str | None) -> Op | None:
     """Check a refund and make its op (None: the key is not limited, nothing to give back)."""
-    check(rule, key, cost)
+    plan = checked_plan(rule, key, cost)
     if lease_id is not None:
         check_lease_id(lease_id)
-    plan = plan_for(rule, key)
     if plan is None:
         return None
     if plan.algorithm.uses_leases and lease_id is None:

@@ -1,6 +1,6 @@
-"""``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+"""``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed; ``Lease``.
 
-Generated from ``async_limiter.py`` by ``tools/unasync.py``: do not edit; edit that file
+Generated from ``limiter_async.py`` by ``tools/unasync.py``: do not edit; edit that file
 and run ``python tools/unasync.py``.
 """
 
@@ -16,31 +16,28 @@ from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import StoreError
 from ratekeeper.limiter.breaker import CircuitBreaker
 from ratekeeper.limiter.checks import (
-    MAX_COST,
-    bad_call,
     batch_ops,
     batch_result,
-    check,
     check_timeout,
+    checked_plan,
     new_lease_id,
-    plan_for,
     refund_op,
     require_leases,
     resolve_items,
-    unencodable_at,
 )
 from ratekeeper.limiter.decorator import limit_decorator
 from ratekeeper.limiter.failure import FailurePolicy
 from ratekeeper.limiter.flows import acquire_flow, run_sync
-from ratekeeper.limiter.lease import Lease
-from ratekeeper.limiter.observer import ObservedStore, Observer
-from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, DenialCache, OverLimitCache
+from ratekeeper.limiter.lease_state import LeaseState
+from ratekeeper.limiter.observer import Observer
+from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, DenialCache
+from ratekeeper.limiter.store_wrappers import ObservedStore, OverLimitCache
 from ratekeeper.op import DECIDE, PEEK, Op
-from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.rule import Rule
 from ratekeeper.stores.base import Store
 from ratekeeper.stores.url import in_process_decide, open_store
 
-__all__ = ["Limiter"]
+__all__ = ["Lease", "Limiter"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,21 +118,7 @@ class Limiter:
 
         ``now`` (µs on the store's clock) is for tests and the conformance suite.
         """
-        # ``core.check`` written inline (the rule is checked by its attribute): the hot path.
-        if (
-            type(key) is not str
-            or not key
-            or len(key) > MAX_KEY_LENGTH
-            or type(cost) is not int
-            or not 0 <= cost <= MAX_COST
-            or (not key.isascii() and unencodable_at(key) is not None)
-        ):
-            raise bad_call(rule, key, cost)
-        try:
-            quota = rule.quota
-        except AttributeError:
-            raise bad_call(rule, key, cost) from None
-        plan = rule._plan if quota is None else plan_for(rule, key)  # the attribute: a property costs a frame
+        plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
@@ -150,8 +133,7 @@ class Limiter:
 
     def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """What ``try_acquire`` would answer, without charging anything."""
-        check(rule, key, cost)
-        plan = plan_for(rule, key)
+        plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         op = Op((PEEK, plan, key, cost, None, None))
@@ -168,9 +150,8 @@ class Limiter:
         Interrupted or cancelled while sleeping, it gives the reservation back. The decision
         returned tells the ``delay`` it waited.
         """
-        check(rule, key, cost)
+        plan = checked_plan(rule, key, cost)
         timeout = check_timeout(timeout)
-        plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
@@ -190,12 +171,10 @@ class Limiter:
         if not ops:
             return batch_result(resolved, ())
         try:
-            self.breaker.check()
-            answers = self.store.decide_many(ops)
+            with self.breaker:
+                answers = self.store.decide_many(ops)
         except StoreError as exc:
             answers = self.failure_policy.decide_many(resolved, exc)
-        else:
-            self.breaker.record_success()
         return batch_result(resolved, answers)
 
     def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
@@ -218,17 +197,14 @@ class Limiter:
 
     def reset(self, rule: Rule, key: str) -> None:
         """Forget everything charged to ``key`` under ``rule``."""
-        check(rule, key, 0)
-        plan = plan_for(rule, key)
+        plan = checked_plan(rule, key, 0)
         if plan is None:
             return
         try:
-            self.breaker.check()
-            self.store.reset(plan, key)
+            with self.breaker:
+                self.store.reset(plan, key)
         except StoreError as exc:
             self.failure_policy.reset(rule, plan, key, exc)
-        else:
-            self.breaker.record_success()
 
     def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> Lease:
         """A context manager holding a concurrency lease for its block.
@@ -262,22 +238,18 @@ class Limiter:
 
     def _refund(self, rule: Rule, op: Op) -> bool:
         try:
-            self.breaker.check()
-            refunded = self.store.refund(op)
+            with self.breaker:
+                return self.store.refund(op)
         except StoreError as exc:
             self.failure_policy.refund(rule, op, exc)
             return False
-        self.breaker.record_success()
-        return refunded
 
     def _guarded_decide(self, op: Op, now: int | None = None) -> Decision:
         """``store.decide`` behind the breaker. ``try_acquire`` (the hot path) calls the store
         directly while all is well and this only after a failure, until the breaker is
         quiet again (``_route``); the other calls always come through here."""
-        self.breaker.check()
-        decision = self.store.decide(op, now)
-        self.breaker.record_success()
-        return decision
+        with self.breaker:
+            return self.store.decide(op, now)
 
     def _route(self, guarded: bool) -> None:
         self._store_decide = self._guarded_decide if guarded else self.store.decide
@@ -291,3 +263,32 @@ class Limiter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Lease(LeaseState):
+    """Holds one slot of a concurrency rule for the block it manages (``limiter.lease(rule, key)``).
+
+    Entering waits up to ``timeout`` seconds (0: not at all) and raises
+    ``RateLimitExceeded`` when no slot frees up; leaving releases the slot. A holder that
+    dies without leaving frees its slot when the lease expires (the limit's period).
+    """
+
+    def __init__(self, limiter: Limiter, rule: Rule, key: str, cost: int, timeout: float | None) -> None:
+        super().__init__(rule, key, cost, timeout)
+        self._limiter = limiter
+
+    def __enter__(self) -> Lease:
+        self.check_free()
+        if self.timeout == 0:
+            self.granted(self._limiter.try_acquire(self.rule, self.key, self.cost))
+        else:
+            self.granted(self._limiter.acquire(self.rule, self.key, self.cost, timeout=self.timeout))
+        return self
+
+    def release(self) -> None:
+        lease_id = self.take_for_release()
+        if lease_id is not None:
+            self._limiter.release(self.rule, self.key, lease_id)
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

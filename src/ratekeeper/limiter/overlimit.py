@@ -27,8 +27,7 @@ first) and a hit reports the decision to the observer like any other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ratekeeper.decision import Decision
 from ratekeeper.op import DECIDE
@@ -38,15 +37,15 @@ if TYPE_CHECKING:
     from ratekeeper.clock import Clock
     from ratekeeper.limiter.observer import Observer
     from ratekeeper.op import Op
-    from ratekeeper.stores.base import AsyncStore, Store
 
-__all__ = ["DEFAULT_MAX_KEYS", "AsyncOverLimitCache", "DenialCache", "OverLimitCache"]
+__all__ = ["DEFAULT_MAX_KEYS", "DenialCache"]
 
 DEFAULT_MAX_KEYS = 100_000
 
 
 class DenialCache:
-    """The entries and their rules, shared by the blocking and the asyncio wrapper.
+    """The entries and their rules, shared by ``OverLimitCache`` and ``AsyncOverLimitCache``
+    (``store_wrappers``).
 
     ``hits`` counts the calls answered here; ``stored`` the denials remembered.
     """
@@ -109,85 +108,3 @@ def _aged(denial: Decision, elapsed: int) -> Decision:
     fields[4] = max(0, denial[4] - elapsed)
     fields[7] = tuple(max(0, r - elapsed) for r in denial[7])
     return Decision(fields)
-
-
-class OverLimitCache:
-    """A ``Store`` that answers remembered denials itself and asks ``store`` otherwise."""
-
-    def __init__(self, store: Store, cache: DenialCache) -> None:
-        self.store = store
-        self.cache = cache
-        self.clock = getattr(store, "clock", None)
-
-    def decide(self, op: Op, now: int | None = None) -> Decision:
-        if now is not None:  # an explicit time (tests, conformance): the store's answer, always
-            return self.store.decide(op, now)
-        cached, sent = self.cache.lookup(op)
-        if cached is not None:
-            return cached
-        decision = self.store.decide(op, now)
-        self.cache.remember(op, decision, sent)
-        return decision
-
-    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
-        sent = self.cache.clock.now_us()
-        decisions = self.store.decide_many(ops, now)
-        if now is None:
-            for op, decision in zip(ops, decisions, strict=True):
-                self.cache.remember(op, decision, sent)
-        return decisions
-
-    def refund(self, op: Op, now: int | None = None) -> bool:
-        self.cache.forget(op[1], op[2])
-        return self.store.refund(op, now)
-
-    def reset(self, plan: Plan, key: str) -> None:
-        self.cache.forget(plan, key)
-        self.store.reset(plan, key)
-
-    def close(self) -> None:
-        self.store.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)
-
-
-class AsyncOverLimitCache:
-    """The asyncio twin of ``OverLimitCache``."""
-
-    def __init__(self, store: AsyncStore, cache: DenialCache) -> None:
-        self.store = store
-        self.cache = cache
-        self.clock = getattr(store, "clock", None)
-
-    async def decide(self, op: Op, now: int | None = None) -> Decision:
-        if now is not None:
-            return await self.store.decide(op, now)
-        cached, sent = self.cache.lookup(op)
-        if cached is not None:
-            return cached
-        decision = await self.store.decide(op, now)
-        self.cache.remember(op, decision, sent)
-        return decision
-
-    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
-        sent = self.cache.clock.now_us()
-        decisions = await self.store.decide_many(ops, now)
-        if now is None:
-            for op, decision in zip(ops, decisions, strict=True):
-                self.cache.remember(op, decision, sent)
-        return decisions
-
-    async def refund(self, op: Op, now: int | None = None) -> bool:
-        self.cache.forget(op[1], op[2])
-        return await self.store.refund(op, now)
-
-    async def reset(self, plan: Plan, key: str) -> None:
-        self.cache.forget(plan, key)
-        await self.store.reset(plan, key)
-
-    async def aclose(self) -> None:
-        await self.store.aclose()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.store, name)

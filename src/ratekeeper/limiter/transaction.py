@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from ratekeeper.decision import BatchDecision, Decision
-from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 
 __all__ = [

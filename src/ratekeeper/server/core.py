@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import perf_counter
 
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, run_async
 from ratekeeper.web.headers import rate_limit_headers
 

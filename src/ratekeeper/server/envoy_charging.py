@@ -39,7 +39,7 @@ from ratekeeper.errors import RateKeeperError
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
-    from ratekeeper.limiter.async_limiter import AsyncLimiter
+    from ratekeeper.limiter.limiter_async import AsyncLimiter
     from ratekeeper.rule import Rule
     from ratekeeper.server.service import Service
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.metrics import Metrics
 from ratekeeper.server.auth import TokenSource
 from ratekeeper.server.envoy import overrides_of

@@ -17,7 +17,7 @@ from ratekeeper.config.model import RuleSet
 from ratekeeper.config.settled import SETTLE, Signature, Unsettled, load_settled, signature
 from ratekeeper.config.watcher import FORCED_ROUNDS
 from ratekeeper.errors import ConfigurationError, StoreError
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.metrics import Metrics
 from ratekeeper.rule import Rule
 from ratekeeper.server.catalog import Catalog, build_catalog

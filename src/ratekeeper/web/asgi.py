@@ -27,7 +27,7 @@ from typing import Any
 
 from ratekeeper.config.model import HttpRule
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.core import LEDGER, DenyResponse, RateLimitCore, RequestLedger, RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]

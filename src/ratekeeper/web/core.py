@@ -98,8 +98,8 @@ from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.keys import bounded_key
 from ratekeeper.limit import MAX_COUNT
-from ratekeeper.limiter.async_limiter import AsyncLimiter
 from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, Step, drive_async, drive_sync, transaction
 from ratekeeper.rule import Rule
 from ratekeeper.web.client_ip import ClientAddress, Networks

@@ -49,7 +49,7 @@ from fastapi import Depends, HTTPException, Request, Response
 from starlette.responses import Response as StarletteResponse
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, RuleSet
-from ratekeeper.limiter.async_limiter import AsyncLimiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.web.asgi import request_view
 from ratekeeper.web.core import LEDGER, RateLimitCore, RequestLedger, RequestView, Verdict

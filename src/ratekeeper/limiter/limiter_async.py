@@ -1,8 +1,10 @@
-"""``AsyncLimiter``: decide, for a rule, a key and a cost, whether a request may proceed.
+"""``AsyncLimiter``: decide, for a rule, a key and a cost, whether a request may proceed;
+``AsyncLease``: hold a slot of a concurrency rule for a block.
 
 This module is the source of ``limiter.py``: ``tools/unasync.py`` writes the blocking
-``Limiter`` from it (``async def`` → ``def``, no ``await``, ``run_async`` → ``run_sync``),
-and a test fails when the two differ. Edit this one, then run ``python tools/unasync.py``.
+``Limiter`` and ``Lease`` from it (``async def`` → ``def``, no ``await``, ``run_async`` →
+``run_sync``), and a test fails when the two differ. Edit this one, then run
+``python tools/unasync.py``.
 """
 
 from __future__ import annotations
@@ -17,31 +19,28 @@ from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import StoreError
 from ratekeeper.limiter.breaker import CircuitBreaker
 from ratekeeper.limiter.checks import (
-    MAX_COST,
-    bad_call,
     batch_ops,
     batch_result,
-    check,
     check_timeout,
+    checked_plan,
     new_lease_id,
-    plan_for,
     refund_op,
     require_leases,
     resolve_items,
-    unencodable_at,
 )
 from ratekeeper.limiter.decorator import limit_decorator
 from ratekeeper.limiter.failure import FailurePolicy
 from ratekeeper.limiter.flows import acquire_flow, run_async
-from ratekeeper.limiter.lease import AsyncLease
-from ratekeeper.limiter.observer import AsyncObservedStore, Observer
-from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, AsyncOverLimitCache, DenialCache
+from ratekeeper.limiter.lease_state import LeaseState
+from ratekeeper.limiter.observer import Observer
+from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, DenialCache
+from ratekeeper.limiter.store_wrappers_async import AsyncObservedStore, AsyncOverLimitCache
 from ratekeeper.op import DECIDE, PEEK, Op
-from ratekeeper.rule import MAX_KEY_LENGTH, Rule
+from ratekeeper.rule import Rule
 from ratekeeper.stores.base import AsyncStore, Store
 from ratekeeper.stores.url import in_process_decide, open_async_store
 
-__all__ = ["AsyncLimiter"]
+__all__ = ["AsyncLease", "AsyncLimiter"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -122,21 +121,7 @@ class AsyncLimiter:
 
         ``now`` (µs on the store's clock) is for tests and the conformance suite.
         """
-        # ``core.check`` written inline (the rule is checked by its attribute): the hot path.
-        if (
-            type(key) is not str
-            or not key
-            or len(key) > MAX_KEY_LENGTH
-            or type(cost) is not int
-            or not 0 <= cost <= MAX_COST
-            or (not key.isascii() and unencodable_at(key) is not None)
-        ):
-            raise bad_call(rule, key, cost)
-        try:
-            quota = rule.quota
-        except AttributeError:
-            raise bad_call(rule, key, cost) from None
-        plan = rule._plan if quota is None else plan_for(rule, key)  # the attribute: a property costs a frame
+        plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
@@ -151,8 +136,7 @@ class AsyncLimiter:
 
     async def peek(self, rule: Rule, key: str, cost: int = 1, *, now: int | None = None) -> Decision:
         """What ``try_acquire`` would answer, without charging anything."""
-        check(rule, key, cost)
-        plan = plan_for(rule, key)
+        plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         op = Op((PEEK, plan, key, cost, None, None))
@@ -169,9 +153,8 @@ class AsyncLimiter:
         Interrupted or cancelled while sleeping, it gives the reservation back. The decision
         returned tells the ``delay`` it waited.
         """
-        check(rule, key, cost)
+        plan = checked_plan(rule, key, cost)
         timeout = check_timeout(timeout)
-        plan = plan_for(rule, key)
         if plan is None:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
@@ -191,12 +174,10 @@ class AsyncLimiter:
         if not ops:
             return batch_result(resolved, ())
         try:
-            self.breaker.check()
-            answers = await self.store.decide_many(ops)
+            with self.breaker:
+                answers = await self.store.decide_many(ops)
         except StoreError as exc:
             answers = self.failure_policy.decide_many(resolved, exc)
-        else:
-            self.breaker.record_success()
         return batch_result(resolved, answers)
 
     async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
@@ -219,17 +200,14 @@ class AsyncLimiter:
 
     async def reset(self, rule: Rule, key: str) -> None:
         """Forget everything charged to ``key`` under ``rule``."""
-        check(rule, key, 0)
-        plan = plan_for(rule, key)
+        plan = checked_plan(rule, key, 0)
         if plan is None:
             return
         try:
-            self.breaker.check()
-            await self.store.reset(plan, key)
+            with self.breaker:
+                await self.store.reset(plan, key)
         except StoreError as exc:
             self.failure_policy.reset(rule, plan, key, exc)
-        else:
-            self.breaker.record_success()
 
     def lease(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = 0) -> AsyncLease:
         """A context manager holding a concurrency lease for its block.
@@ -263,22 +241,18 @@ class AsyncLimiter:
 
     async def _refund(self, rule: Rule, op: Op) -> bool:
         try:
-            self.breaker.check()
-            refunded = await self.store.refund(op)
+            with self.breaker:
+                return await self.store.refund(op)
         except StoreError as exc:
             self.failure_policy.refund(rule, op, exc)
             return False
-        self.breaker.record_success()
-        return refunded
 
     async def _guarded_decide(self, op: Op, now: int | None = None) -> Decision:
         """``store.decide`` behind the breaker. ``try_acquire`` (the hot path) calls the store
         directly while all is well and this only after a failure, until the breaker is
         quiet again (``_route``); the other calls always come through here."""
-        self.breaker.check()
-        decision = await self.store.decide(op, now)
-        self.breaker.record_success()
-        return decision
+        with self.breaker:
+            return await self.store.decide(op, now)
 
     def _route(self, guarded: bool) -> None:
         self._store_decide = self._guarded_decide if guarded else self.store.decide
@@ -292,3 +266,32 @@ class AsyncLimiter:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+class AsyncLease(LeaseState):
+    """Holds one slot of a concurrency rule for the block it manages (``limiter.lease(rule, key)``).
+
+    Entering waits up to ``timeout`` seconds (0: not at all) and raises
+    ``RateLimitExceeded`` when no slot frees up; leaving releases the slot. A holder that
+    dies without leaving frees its slot when the lease expires (the limit's period).
+    """
+
+    def __init__(self, limiter: AsyncLimiter, rule: Rule, key: str, cost: int, timeout: float | None) -> None:
+        super().__init__(rule, key, cost, timeout)
+        self._limiter = limiter
+
+    async def __aenter__(self) -> AsyncLease:
+        self.check_free()
+        if self.timeout == 0:
+            self.granted(await self._limiter.try_acquire(self.rule, self.key, self.cost))
+        else:
+            self.granted(await self._limiter.acquire(self.rule, self.key, self.cost, timeout=self.timeout))
+        return self
+
+    async def release(self) -> None:
+        lease_id = self.take_for_release()
+        if lease_id is not None:
+            await self._limiter.release(self.rule, self.key, lease_id)
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
