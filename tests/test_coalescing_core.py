@@ -23,7 +23,7 @@ import pytest
 from ratekeeper.errors import StoreError, StoreTimeout
 from ratekeeper.stores import coalescing_threads
 from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_async import AsyncCoalescer
+from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 
 BOUND = 5.0

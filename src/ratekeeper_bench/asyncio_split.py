@@ -168,7 +168,7 @@ async def _coalescer_floor(duration: float, tasks: int) -> tuple[float, float]:
     from ratekeeper.op import Op
     from ratekeeper.stores import wire
     from ratekeeper.stores.coalescing import Coalescer
-    from ratekeeper.stores.coalescing_async import AsyncCoalescer
+    from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 
     plan = Rule("split", ["1000000000/1s"], algorithm="gcra").plan
     reply = [1, -1, 0, 0, 999_999_999, 1]  # one admitted gcra decision in the wire format

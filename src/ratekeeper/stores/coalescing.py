@@ -37,7 +37,7 @@ The pieces:
   a slot free sends at once and pays nothing more than two lock round trips; the others
   queue, and when a call returns the next call is sent by its first still-waiting caller
   (no thread of its own).
-- ``AsyncCoalescer`` (``coalescing_async.py``): calls made in one loop tick, and calls
+- ``AsyncCoalescer`` (``coalescing_asyncio.py``): calls made in one loop tick, and calls
   made while ``max_in_flight`` calls are out, go together (a ``call_soon`` flush, one task
   per call); ``drain`` answers every queued and in-flight op (the stores' ``aclose``); the
   driver belongs to the event loop it is first used on (another loop: ``RuntimeError``).

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_async import AsyncCoalescer
+from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.postgres.calls_async import AsyncPostgresCalls
 from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, applied_nothing, row, sever, store_down
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ratekeeper.stores import wire
 from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_async import AsyncCoalescer
+from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.redis.calls_async import AsyncRedisCalls
 from ratekeeper.stores.redis.lane_async import AsyncLane
 from ratekeeper.stores.redis.sansio import applied_nothing, reclaim_connections, row, store_down, translate

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores.bounds import check_op
 from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_async import AsyncCoalescer
+from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.service.calls_async import AsyncServiceCalls
 from ratekeeper.stores.service.sansio import store_down
 
