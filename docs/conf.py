@@ -1,0 +1,44 @@
+"""Sphinx configuration: the pages of docs/ (Markdown, read by MyST) and the API reference
+built from the docstrings (docs/api/). Built with warnings as errors by .ci/run and
+tests/test_docs_build.py: ``sphinx-build -W --keep-going -b html docs <out>``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+project = "ratekeeper"
+author = "the ratekeeper authors"
+copyright = "the ratekeeper authors"
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build"]
+
+# The docstrings are reStructuredText: ``literal``, ``::`` blocks, plain paragraphs.
+autodoc_default_options = {"members": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "signature"
+autodoc_preserve_defaults = True
+# Optional drivers and frameworks the reference imports only to describe, never to run.
+autodoc_mock_imports: list[str] = []
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+# Headings become link targets (docs/web.md#what-a-client-sees), as on GitHub.
+myst_heading_anchors = 4
+myst_enable_extensions = ["colon_fence"]
+
+html_theme = "alabaster"
+html_title = "ratekeeper"
+html_static_path: list[str] = []
