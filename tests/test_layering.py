@@ -38,6 +38,7 @@ LAYERS: dict[str, int] = {
     "server": 8,
     "cli": 9,
     "loadtest": 9,  # ratekeeper loadtest's engine: an app of the library, like the CLI
+    "tour": 9,  # ratekeeper tour: the service and the load test's recording, in one walk-through
     "__main__": 9,
     "": 9,  # ratekeeper/__init__.py: the public surface
 }

@@ -15,7 +15,7 @@ from ratekeeper.errors import RateKeeperError
 
 __all__ = ["CLOSED_PIPE_STATUS", "COMMANDS", "build_parser", "main"]
 
-COMMANDS = ("check", "config", "demo", "migrate", "serve", "bench", "loadtest")
+COMMANDS = ("tour", "check", "config", "demo", "migrate", "serve", "bench", "loadtest")
 """The subcommands, in the order ``--help`` lists them; each names a module of this package."""
 
 CLOSED_PIPE_STATUS = 128 + signal.SIGPIPE.value if hasattr(signal, "SIGPIPE") else 1
