@@ -11,6 +11,13 @@ from pathlib import Path
 __all__ = ["add_parser", "run"]
 
 OFF = "off"
+HELP = "a one-minute tour: the service, four scenarios over HTTP, what each shows, charts"
+DESCRIPTION = (
+    "Start the service (ratekeeper serve, the memory store, the example rules and two more), run four "
+    "scenarios against it through POST /v1/check: a partner endpoint at one per 2 s, the stacked login "
+    "limits 20/minute and 5/3s, a hot key, a flood of unique keys under a quota; print what each "
+    "showed, write charts (PNG) and the per-second results in --out, then keep serving until Ctrl-C."
+)
 
 
 def _port(value: str) -> int:
@@ -28,17 +35,8 @@ def _grpc_port(value: str) -> str:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "tour",
-        help="a one-minute tour: the service, four scenarios over HTTP, what each shows, charts",
-        description=(
-            "Start the service (ratekeeper serve, the memory store, the example rules and two more), run four "
-            "scenarios against it through POST /v1/check: a partner endpoint at one per 2 s, the stacked login "
-            "limits 20/minute and 5/3s, a hot key, a flood of unique keys under a quota; print what each "
-            "showed, write charts (PNG) and the per-second results in --out, then keep serving until Ctrl-C."
-        ),
-        epilog="What each scenario shows and how to read the charts: docs/tour.md.",
-    )
+    epilog = "What each scenario shows and how to read the charts: docs/tour.md."
+    p = sub.add_parser("tour", help=HELP, description=DESCRIPTION, epilog=epilog)
     p.add_argument(
         "--out",
         type=Path,
@@ -72,12 +70,4 @@ def run(args: argparse.Namespace) -> int:
         extras = "pip install 'ratekeeper[server,loadtest]'"
         print(f"ratekeeper tour needs the server and loadtest extras ({extras}): {exc}")
         return 2
-    options = TourOptions(
-        out=args.out,
-        http_port=args.http_port,
-        grpc_port=args.grpc_port,
-        admin_port=args.admin_port,
-        quick=args.quick,
-        exit_after=args.exit_after,
-    )
-    return run_tour(options)
+    return run_tour(TourOptions(args.out, args.http_port, args.grpc_port, args.admin_port, args.quick, args.exit_after))

@@ -10,10 +10,10 @@ ports it was given) and the moment it is ready.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -22,6 +22,8 @@ __all__ = ["Addresses", "ServiceError", "TourService"]
 
 START_TIMEOUT = 60.0
 """Seconds the child may take to listen (importing grpc and uvicorn on a busy machine)."""
+TAIL = 5
+"""The child's last lines of output kept to explain a failed start."""
 STOP_TIMEOUT = 15.0
 """Seconds between SIGTERM and SIGKILL: the service's own grace is 10 s."""
 
@@ -49,6 +51,7 @@ class TourService:
         self._started = threading.Event()
         self._start: dict[str, Any] | None = None
         self._reader: threading.Thread | None = None
+        self._tail: deque[bytes] = deque(maxlen=TAIL)
 
     @property
     def pid(self) -> int:
@@ -80,6 +83,7 @@ class TourService:
             for line in stream:
                 log.write(line)
                 log.flush()
+                self._tail.append(line)
                 if not self._started.is_set():
                     event = _event(line)
                     if event is not None and event.get("event") == "start":
@@ -87,14 +91,10 @@ class TourService:
                         self._started.set()
         self._started.set()
 
-    def _log_tail(self, lines: int = 5) -> str:
+    def _log_tail(self) -> str:
         if self._reader is not None:
             self._reader.join(timeout=5)
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return " / ".join(line.strip() for line in text.strip().splitlines()[-lines:])
+        return " / ".join(line.decode(errors="replace").strip() for line in self._tail)
 
     def wait(self) -> int:
         """Wait until the child ends on its own (its Ctrl-C, or a SIGTERM); its exit status."""
@@ -107,16 +107,15 @@ class TourService:
         process, self._process = self._process, None
         if process is None:
             return 0
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-        return process.returncode
+        process.terminate()
+        try:
+            return process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            return process.wait()
+        finally:
+            if self._reader is not None:
+                self._reader.join(timeout=5)
 
 
 def _event(line: bytes) -> dict[str, Any] | None:
