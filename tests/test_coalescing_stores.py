@@ -2,7 +2,7 @@
 Redis and PostgreSQL, threads and asyncio.
 
 Where a test must hold a call in flight, it wraps the store's lowest call (Redis
-``_evalsha``, PostgreSQL ``_execute``) with a gate: the first call after the warm-up waits
+``shell.call``, PostgreSQL ``_execute``) with a gate: the first call after the warm-up waits
 until the test opens the gate, then goes to the server. Threads are known to be queued
 because the store's queue announces each op it takes (a Condition). Every wait is
 bounded: a store that wedges fails the test instead of hanging the suite. Each test has
@@ -113,8 +113,9 @@ def observe(store: Any) -> ObservedCoalescer:
     return observed
 
 
-def lowest_call(store: Any) -> str:
-    return "_evalsha" if hasattr(store, "_evalsha") else "_execute"
+def lowest_call(store: Any) -> tuple[Any, str]:
+    """What holds the store's lowest call, and its name."""
+    return (store.shell, "call") if hasattr(store, "shell") else (store, "_execute")
 
 
 class Gate:
@@ -126,8 +127,8 @@ class Gate:
         self.opened = threading.Event()
         self.calls = 0
         self.fail: dict[int, BaseException] = {}
-        name = lowest_call(store)
-        real = getattr(store, name)
+        owner, name = lowest_call(store)
+        real = getattr(owner, name)
 
         def gated(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
@@ -139,7 +140,7 @@ class Gate:
                 raise self.fail[n]
             return real(*args, **kwargs)
 
-        setattr(store, name, gated)
+        setattr(owner, name, gated)
 
 
 class AsyncGate:
@@ -149,8 +150,8 @@ class AsyncGate:
         self.entered = asyncio.Event()
         self.opened = asyncio.Event()
         self.calls = 0
-        name = lowest_call(store)
-        real = getattr(store, name)
+        owner, name = lowest_call(store)
+        real = getattr(owner, name)
 
         async def gated(*args: Any, **kwargs: Any) -> Any:
             self.calls += 1
@@ -159,7 +160,7 @@ class AsyncGate:
                 await asyncio.wait_for(self.opened.wait(), BOUND)
             return await real(*args, **kwargs)
 
-        setattr(store, name, gated)
+        setattr(owner, name, gated)
 
 
 def in_thread(target: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
@@ -358,16 +359,16 @@ def test_a_cluster_slot_whose_call_failed_fails_only_the_callers_of_that_slot(
     keys: list[str] = []
     for i in range(100):  # two keys on different slots
         key = f"user-{i}"
-        if not keys or key_slot(store.core.storage_key(PLAN, key).encode()) != key_slot(
-            store.core.storage_key(PLAN, keys[0]).encode()
+        if not keys or key_slot(store.planner.storage_key(PLAN, key).encode()) != key_slot(
+            store.planner.storage_key(PLAN, keys[0]).encode()
         ):
             keys.append(key)
         if len(keys) == 2:
             break
     good, bad = keys
-    store.client.set(store.core.storage_key(PLAN, bad), b"\xc1 not msgpack")  # that slot's call fails
+    store.shell.client.set(store.planner.storage_key(PLAN, bad), b"\xc1 not msgpack")  # that slot's call fails
     entered, opened = threading.Event(), threading.Event()
-    send = store._evalsha
+    send = store.shell.call
 
     def gated(*args: Any, **kwargs: Any) -> Any:
         if not entered.is_set():
@@ -375,7 +376,7 @@ def test_a_cluster_slot_whose_call_failed_fails_only_the_callers_of_that_slot(
             assert opened.wait(BOUND)
         return send(*args, **kwargs)
 
-    store._evalsha = gated
+    store.shell.call = gated
     first, first_out = in_thread(lambda: store.decide(decide("first"), NOW))
     assert entered.wait(BOUND)
     callers = []
@@ -387,7 +388,7 @@ def test_a_cluster_slot_whose_call_failed_fails_only_the_callers_of_that_slot(
     assert first_out["result"].allowed
     assert callers[0][1]["result"].allowed  # its slot's call ran
     assert isinstance(callers[1][1]["error"], StoreError)
-    store.client.delete(*(store.core.storage_key(PLAN, k) for k in ("first", good, bad)))
+    store.shell.client.delete(*(store.planner.storage_key(PLAN, k) for k in ("first", good, bad)))
     store.close()
 
 

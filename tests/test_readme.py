@@ -17,7 +17,7 @@ from typing import Any
 from ratekeeper import Limiter
 from ratekeeper.limiter.breaker import CircuitBreaker
 from ratekeeper.stores.postgres.sansio import PostgresOptions
-from ratekeeper.stores.redis.sansio import RedisCore
+from ratekeeper.stores.redis.planner import RedisPlanner
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 
@@ -134,12 +134,12 @@ def test_the_defaults_the_readme_states_are_the_real_ones() -> None:
     stated = call_keywords(limiter_call)
     url = ast.literal_eval(limiter_call.args[0])
     assert url.startswith("redis://")
-    assert RedisCore(url).timeout == stated["timeout"]
+    assert RedisPlanner(url).timeout == stated["timeout"]
     assert inspect.signature(Limiter).parameters["on_error"].default == stated["on_error"]
     breaker_defaults = inspect.signature(CircuitBreaker).parameters
     for name, value in call_keywords(breaker_call).items():
         assert breaker_defaults[name].default == value, name
     sentence = re.search(r"Redis ([\d.]+) and PostgreSQL ([\d.]+) by default", README)
     assert sentence is not None
-    assert float(sentence.group(1)) == RedisCore("redis://localhost:6379/0").timeout
+    assert float(sentence.group(1)) == RedisPlanner("redis://localhost:6379/0").timeout
     assert float(sentence.group(2)) == PostgresOptions("postgresql://app@db/app").timeout

@@ -44,6 +44,18 @@ NAMES: dict[str, str] = {
 }
 """Renames that hold for every pair."""
 
+_REDIS = {
+    "AsyncRedisStore": "RedisStore",
+    "AsyncRedisShell": "RedisShell",
+    "AsyncLane": "Lane",
+    "AsyncLimiter": "Limiter",
+    "shell_async": "shell",
+    "lane_async": "lane",
+    "driver_asyncio": "driver_threads",
+    "async_client": "sync_client",
+}
+"""The Redis store's renames: its drivers (``driver_asyncio`` -> ``driver_threads``) and clients."""
+
 # (asyncio source, blocking target, the target's docstring's first line, the pair's renames)
 PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
     (
@@ -59,10 +71,22 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         {},
     ),
     (
-        PACKAGE / "stores" / "redis" / "calls_async.py",
-        PACKAGE / "stores" / "redis" / "calls.py",
-        "What the blocking Redis store sends and how: script calls, pipelines, NOSCRIPT, errors.",
-        {"AsyncRedisCalls": "RedisCalls", "async_client": "sync_client"},
+        PACKAGE / "stores" / "redis" / "lane_async.py",
+        PACKAGE / "stores" / "redis" / "lane.py",
+        "``Lane``: one connection of the blocking Redis store's pool, held for the decision calls.",
+        _REDIS,
+    ),
+    (
+        PACKAGE / "stores" / "redis" / "shell_async.py",
+        PACKAGE / "stores" / "redis" / "shell.py",
+        "``RedisShell``: sends what a ``RedisPlanner`` planned for the blocking Redis store.",
+        _REDIS,
+    ),
+    (
+        PACKAGE / "stores" / "redis" / "store_async.py",
+        PACKAGE / "stores" / "redis" / "store.py",
+        "``RedisStore``: the Redis / Valkey store for ``Limiter`` (a planner and a shell; see ``store_async.py``).",
+        _REDIS,
     ),
     (
         PACKAGE / "stores" / "postgres" / "calls_async.py",

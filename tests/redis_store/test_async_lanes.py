@@ -43,7 +43,7 @@ def test_coalesced_calls_go_on_at_most_max_in_flight_lanes_and_aclose_returns_th
         finally:
             AsyncLane.execute_command = original  # type: ignore[method-assign]
         assert all(d.allowed for d in decisions)
-        pool = store.client.connection_pool
+        pool = store.shell.client.connection_pool
         held = len(pool._in_use_connections)
         await limiter.aclose()
         return len({id(lane) for lane in sent}), held, len(pool._in_use_connections)

@@ -51,7 +51,7 @@ def _keys_on_distinct_slots(store: Any, plan: Any, count: int) -> list[str]:
     i = 0
     while len(keys) < count:
         key = f"user-{i}"
-        third = key_slot(store.core.storage_key(plan, key).encode()) * 3 // 16384  # 3 masters, even split
+        third = key_slot(store.planner.storage_key(plan, key).encode()) * 3 // 16384  # 3 masters, even split
         if third not in ranges:
             ranges.add(third)
             keys.append(key)
@@ -68,7 +68,7 @@ def cluster_store(redis_cluster_url: str, key_prefix: str) -> Iterator[RedisStor
 
 def _poison(store: Any, plan: Any, key: str) -> None:
     """A value the script cannot read under ``key``'s storage key: that slot's call fails."""
-    store.client.set(store.core.storage_key(plan, key), b"\xc1 not msgpack")
+    store.shell.client.set(store.planner.storage_key(plan, key), b"\xc1 not msgpack")
 
 
 def test_cluster_batch_refused_on_one_slot_charges_no_other_slot(cluster_store: RedisStore) -> None:
@@ -103,7 +103,7 @@ def test_cluster_coalesced_calls_fail_only_for_the_slot_that_failed(redis_cluste
         store = AsyncRedisStore(redis_cluster_url, prefix=f"{key_prefix}:", max_in_flight=1)
         a, b, c = _keys_on_distinct_slots(store, PLAN, 3)
         bad = redis.RedisCluster.from_url(redis_cluster_url.replace("redis+cluster://", "redis://").split(",")[0])
-        bad.set(store.core.storage_key(PLAN, c), b"\xc1 not msgpack")
+        bad.set(store.planner.storage_key(PLAN, c), b"\xc1 not msgpack")
         bad.close()
         results = await asyncio.wait_for(
             asyncio.gather(
@@ -142,7 +142,7 @@ def test_no_free_connection_is_a_store_timeout_that_names_max_connections(key_pr
     """Every connection of the pool is busy: a caller waits the timeout for one, then gets
     StoreTimeout saying so (before: "Redis is unreachable", which also counted as an outage)."""
     store = RedisStore(URL, prefix=f"{key_prefix}:", max_connections=1, batching=False, timeout=0.3)
-    taken = store.client.connection_pool.get_connection()  # the only connection, held here
+    taken = store.shell.client.connection_pool.get_connection()  # the only connection, held here
     try:
         started = time.monotonic()
         with pytest.raises(StoreTimeout, match="max_connections") as caught:
@@ -150,7 +150,7 @@ def test_no_free_connection_is_a_store_timeout_that_names_max_connections(key_pr
         assert time.monotonic() - started < 0.3 + 0.4
         assert isinstance(caught.value.__cause__, redis.ConnectionError)
     finally:
-        store.client.connection_pool.release(taken)
+        store.shell.client.connection_pool.release(taken)
     assert store.decide(Op.decide(PLAN, "k", 1)).allowed
     store.close()
 
@@ -160,7 +160,7 @@ def test_cluster_client_errors_are_store_errors(key_prefix: str) -> None:
     a RedisClusterException reached the caller, past the failure policy)."""
     import redis.exceptions as rexc
 
-    from ratekeeper.stores.redis.sansio import store_errors, translate
+    from ratekeeper.stores.redis.errors import store_errors, translate
 
     error = rexc.SlotNotCoveredError("slot 42 is not covered")
     assert isinstance(error, store_errors())
@@ -184,7 +184,7 @@ def test_sentinel_call_after_a_timed_out_one_reads_its_own_reply(fresh_sentinel_
     try:
         with pytest.raises(StoreTimeout):
             store.decide(Op.decide(one, "a", 1), EPOCH_US)
-        pooled = list(store.client.connection_pool._available_connections)
+        pooled = list(store.shell.client.connection_pool._available_connections)
         # dropped, not kept with a reply to come (the pool's check for unread data only
         # sees a reply that has arrived by the time of the next checkout: a race)
         assert pooled and all(c._sock is None for c in pooled)
@@ -248,7 +248,7 @@ def test_random_batches_decide_as_the_reference_applied_in_order(store: RedisSto
     import random
 
     if by == "EVALSHA":
-        store.functions = False
+        store.planner.functions = False
 
     from refund_reference import refund_as_stores, refunded_as_stores
 
@@ -292,12 +292,12 @@ def test_async_connections_pack_with_hiredis_and_keep_redis_py_rules(redis_serve
 
     async def run() -> None:
         store = AsyncRedisStore(redis_server.url, prefix="rk:")
-        connection = store.client.connection_pool.connection_class(host="127.0.0.1", port=redis_server.port)
+        connection = store.shell.client.connection_pool.connection_class(host="127.0.0.1", port=redis_server.port)
         packed = b"".join(connection.pack_command("SCRIPT LOAD", "return 1"))
         assert packed == b"*3\r\n$6\r\nSCRIPT\r\n$4\r\nLOAD\r\n$8\r\nreturn 1\r\n"
         with pytest.raises(redis.DataError):
             connection.pack_command("SET", "k", object())
-        await store.client.function_flush()  # a private server: the next call loads the library again
+        await store.shell.client.function_flush()  # a private server: the next call loads the library again
         assert (await store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)).remaining == 999
         await store.aclose()
 
@@ -315,7 +315,7 @@ def test_lanes_never_take_the_last_connection_of_the_pool(key_prefix: str) -> No
     store.close()
     laned = RedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
     assert laned.decide(Op.decide(PLAN, "k", 1), EPOCH_US).allowed
-    assert len(laned._lanes) == 1  # the lane is idle again, for the next slot holder
+    assert len(laned.shell.lanes) == 1  # the lane is idle again, for the next slot holder
     laned.close()
 
 
@@ -331,9 +331,9 @@ def test_a_forked_child_never_shares_the_parents_connection(key_prefix: str) -> 
     results = context.Queue()
 
     def child() -> None:
-        lane = store._lanes[0] if store._lanes else None
+        lane = store.shell.lanes[0] if store.shell.lanes else None
         decisions = [store.decide(Op.decide(PLAN, "child", 1), EPOCH_US).remaining for _ in range(50)]
-        results.put((decisions, store._lanes[0] is not lane))
+        results.put((decisions, store.shell.lanes[0] is not lane))
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads around (pytest's)

@@ -59,7 +59,7 @@ def test_the_library_and_the_scripts_are_one_text_named_after_it() -> None:
 def test_decisions_are_fcalls_of_the_library_loaded_once(redis_server: RedisServer) -> None:
     store = RedisStore(redis_server.url, prefix="rk:")
     assert remaining_after(store, 3) == [4, 3, 2]
-    assert store.functions is True
+    assert store.planner.functions is True
     assert libraries(redis_server) == [LIBRARY.name]
     assert stats(redis_server, "function|load")[0] == 1
     assert stats(redis_server, "fcall") == (4, 0)  # the first met "Function not found", then three ran
@@ -118,7 +118,7 @@ def test_a_user_without_functions_decides_by_evalsha_and_stops_trying_fcall(
     if mode == "sync":
         store = RedisStore(url, prefix="rk:")
         assert remaining_after(store, 3) == [4, 3, 2]
-        assert store.functions is False
+        assert store.planner.functions is False
         store.close()
     else:
 
@@ -126,7 +126,7 @@ def test_a_user_without_functions_decides_by_evalsha_and_stops_trying_fcall(
             astore = AsyncRedisStore(url, prefix="rk:")
             out = [(await astore.decide(Op.decide(PLAN, "k", 1), EPOCH_US)).remaining for _ in range(3)]
             await astore.aclose()
-            return out, astore.functions
+            return out, astore.planner.functions
 
         assert asyncio.run(run()) == ([4, 3, 2], False)
     assert stats(redis_server, "fcall") == (0, 1)
@@ -140,7 +140,7 @@ def test_a_user_that_may_call_functions_but_not_load_them_falls_back_when_the_li
     url = _user(redis_server, "noload", "-function|load")
     store = RedisStore(url, prefix="rk:")
     assert remaining_after(store, 2) == [4, 3]
-    assert store.functions is False
+    assert store.planner.functions is False
     assert stats(redis_server, "fcall")[0] == 1  # "Function not found", then FUNCTION LOAD refused
     assert stats(redis_server, "function|load") == (0, 1)
     store.close()
@@ -149,7 +149,7 @@ def test_a_user_that_may_call_functions_but_not_load_them_falls_back_when_the_li
         conn.function_load(LIBRARY.source)
     again = RedisStore(url, prefix="rk:")
     assert remaining_after(again, 1) == [2]
-    assert again.functions is None  # FCALL, and nothing to load
+    assert again.planner.functions is None  # FCALL, and nothing to load
     again.close()
 
 
@@ -158,10 +158,10 @@ def test_a_refusal_that_is_not_about_functions_is_an_error_and_changes_nothing(r
     store = RedisStore(redis_server.url, prefix="rk:")
     assert remaining_after(store, 1) == [4]
     with redis_server.client() as conn:
-        conn.set(store.core.storage_key(PLAN, "k"), b"\xc1 not a state")
+        conn.set(store.planner.storage_key(PLAN, "k"), b"\xc1 not a state")
     with pytest.raises(Exception, match="Redis failed a decision"):
         remaining_after(store, 1)
-    assert store.functions is True
+    assert store.planner.functions is True
     store.close()
 
 

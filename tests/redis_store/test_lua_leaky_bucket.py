@@ -25,8 +25,8 @@ NEAR_2_53 = 9_007_199_254_740_991 - 10**12  # µs: now * d would pass 2^53; noth
 def store(key_prefix: str) -> Iterator[RedisStore]:
     s = RedisStore(URL, prefix=f"{key_prefix}:")
     yield s
-    for key in s.client.scan_iter(match=f"{key_prefix}:*", count=1000):
-        s.client.delete(key)
+    for key in s.shell.client.scan_iter(match=f"{key_prefix}:*", count=1000):
+        s.shell.client.delete(key)
     s.close()
 
 

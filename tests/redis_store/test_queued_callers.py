@@ -3,7 +3,7 @@ a queued caller waits at most its timeout, an error reaches every caller of its 
 interrupted or cancelled caller charges nothing and leaves the call to the others.
 
 The store talks to the real Redis; where a test must hold a call in flight, it wraps the
-store's ``_evalsha`` (one script call) with a gate (the call still goes to Redis once the
+store's ``shell.call`` (one script call) with a gate (the call still goes to Redis once the
 gate opens). Every wait here is bounded, so a wedged store fails the test instead of
 hanging the suite.
 """
@@ -43,25 +43,25 @@ class Interrupt(BaseException):
 
 
 class _Gate:
-    """Wraps a sync store's ``_evalsha``: calls block until ``open`` (at most BOUND); counts ops sent."""
+    """Wraps a sync store's ``shell.call``: calls block until ``open`` (at most BOUND); counts ops sent."""
 
     def __init__(self, store: Any, fail_with: BaseException | None = None) -> None:
         self.opened = threading.Event()
         self.entered = threading.Event()
         self.ops: list[int] = []
         self.fail_with = fail_with
-        send = store._evalsha
+        send = store.shell.call
 
-        def gated(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
-            self.ops.append(int(args[2]))
+        def gated(call: Any, client: Any = None) -> Any:
+            self.ops.append(int(call.args[2]))
             self.entered.set()
             assert self.opened.wait(BOUND), "the gate was never opened"
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return send(script, keys, args, client)
+            return send(call, client)
 
-        store._evalsha = gated
+        store.shell.call = gated
 
 
 def _until(condition: Any, what: str) -> None:
@@ -159,19 +159,19 @@ def test_an_interrupt_in_the_thread_sending_a_call_reaches_the_others_as_a_store
     interrupt, the other threads of the call get a StoreError (not another thread's
     interrupt), and the store keeps working."""
     opened, entered = threading.Event(), threading.Event()
-    send = store._evalsha
+    send = store.shell.call
     calls: list[int] = []
 
-    def scripted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
-        calls.append(int(args[2]))
+    def scripted(call: Any, client: Any = None) -> Any:
+        calls.append(int(call.args[2]))
         if len(calls) == 1:
             entered.set()
             assert opened.wait(BOUND)
         elif len(calls) == 2:
             raise Interrupt
-        return send(script, keys, args, client)
+        return send(call, client)
 
-    store._evalsha = scripted  # type: ignore[method-assign]
+    store.shell.call = scripted  # type: ignore[method-assign]
     first, first_out = _in_thread(lambda: store.decide(Op.decide(PLAN, "k", 1), EPOCH_US))
     assert entered.wait(BOUND)
     waiters = [_in_thread(lambda: store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)) for _ in range(3)]
@@ -193,13 +193,13 @@ def test_threads_queued_behind_a_timed_out_call_get_its_error_at_once(redis_serv
     get that StoreTimeout then, instead of each sending a call that waits the timeout again."""
     store = RedisStore(redis_server.url, prefix="rk:", max_in_flight=1, timeout=0.3)
     sent: list[int] = []
-    send = store._evalsha
+    send = store.shell.call
 
-    def counted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
+    def counted(call: Any, client: Any = None) -> Any:
         sent.append(1)
-        return send(script, keys, args, client)
+        return send(call, client)
 
-    store._evalsha = counted  # type: ignore[method-assign]
+    store.shell.call = counted  # type: ignore[method-assign]
     assert store.decide(Op.decide(PLAN, "k", 1)).allowed  # connected
     redis_server.pause()
     try:
@@ -222,23 +222,23 @@ def test_threads_queued_behind_a_timed_out_call_get_its_error_at_once(redis_serv
 
 
 class _AsyncGate:
-    """Wraps an async store's ``_evalsha``: calls wait until ``opened`` is set; counts ops sent."""
+    """Wraps an async store's ``shell.call``: calls wait until ``opened`` is set; counts ops sent."""
 
     def __init__(self, store: AsyncRedisStore, fail_with: BaseException | None = None) -> None:
         self.opened = asyncio.Event()
         self.ops: list[int] = []
         self.fail_with = fail_with
-        send = store._evalsha
+        send = store.shell.call
 
-        async def gated(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
-            self.ops.append(int(args[2]))
+        async def gated(call: Any, client: Any = None) -> Any:
+            self.ops.append(int(call.args[2]))
             await asyncio.wait_for(self.opened.wait(), BOUND)
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
                 raise exc
-            return await send(script, keys, args, client)
+            return await send(call, client)
 
-        store._evalsha = gated  # type: ignore[method-assign]
+        store.shell.call = gated  # type: ignore[method-assign]
 
 
 async def _settle() -> None:
@@ -375,6 +375,6 @@ def test_raw_client_sees_the_same_counter(key_prefix: str) -> None:
     store = RedisStore(URL, prefix=f"{key_prefix}:")
     store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)
     client = redis.Redis.from_url(URL)
-    assert client.exists(store.core.storage_key(PLAN, "k")) == 1
+    assert client.exists(store.planner.storage_key(PLAN, "k")) == 1
     client.close()
     store.close()

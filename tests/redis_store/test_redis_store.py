@@ -119,14 +119,14 @@ class _Counting:
     def __init__(self, store: Any) -> None:
         self.calls = 0
         self.ops = 0
-        send = store._evalsha
+        send = store.shell.call
 
-        def counted(script: Any, keys: Any, args: Any, client: Any = None) -> Any:
+        def counted(call: Any, client: Any = None) -> Any:
             self.calls += 1
-            self.ops += int(args[2])
-            return send(script, keys, args, client)
+            self.ops += int(call.args[2])
+            return send(call, client)
 
-        store._evalsha = counted
+        store.shell.call = counted
 
 
 @pytest.mark.redis
@@ -142,7 +142,7 @@ def test_partner_rule_admits_one_per_three_seconds_on_the_server_clock(store: Re
 def test_state_expires_once_whole_and_is_never_kept_without_a_ttl(store: RedisStore, raw: redis.Redis) -> None:
     rule = Rule("ttl", ["10/100ms"], algorithm="sliding_window_log")
     store.decide(Op.decide(rule.plan, "k", 3))
-    ttl = raw.pttl(store.core.storage_key(rule.plan, "k"))
+    ttl = raw.pttl(store.planner.storage_key(rule.plan, "k"))
     # whole after 100 ms; the key lives at most a second longer (the margin for a clock step),
     # and a quarter of it more: the sliding log's appends set the TTL again only once it
     # falls short of that margin (sliding_window_log.lua), not on every call
@@ -154,7 +154,7 @@ def test_reset_deletes_the_key(store: RedisStore, raw: redis.Redis) -> None:
     rule = Rule("reset", ["2/hour"])
     store.decide(Op.decide(rule.plan, "k", 2))
     store.reset(rule.plan, "k")
-    assert raw.exists(store.core.storage_key(rule.plan, "k")) == 0
+    assert raw.exists(store.planner.storage_key(rule.plan, "k")) == 0
     assert store.decide(Op.decide(rule.plan, "k", 2)).allowed
 
 
@@ -268,5 +268,5 @@ def test_async_calls_for_many_keys_in_one_tick_share_one_round_trip(key_prefix: 
 @pytest.mark.redis
 def test_coalescing_can_be_turned_off(key_prefix: str) -> None:
     with Limiter(URL, prefix=f"{key_prefix}:", batching=False) as limiter:
-        assert limiter.store.core.batching is False
+        assert limiter.store.planner.batching is False
         assert limiter.try_acquire(Rule("off", ["1/s"]), "k")

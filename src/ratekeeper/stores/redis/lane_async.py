@@ -1,14 +1,15 @@
-"""``AsyncLane``: one connection of an asyncio store's pool, held for the decision calls.
+"""``AsyncLane``: one connection of the store's pool, held for the decision calls.
 
-The asyncio twin of the sync store's lanes (single-connection clients): a call that holds
-an in-flight slot sends its command on a connection of its own, skipping the client's pool
-checkout (a lock and a health check per call) and command dispatch. It is redis-py's own
-``Connection`` underneath, so the parser, the error replies (``ResponseError``,
-``NoScriptError``), timeouts, authentication, TLS and Sentinel's master lookup are
-redis-py's, and so is what happens after a failure: any failure but an error reply (a
-timeout, a lost connection, a cancelled send or read) drops the connection, and the
-command is sent again as the client's ``execute_command`` would (the connection's
-``retry``: a failover behind Sentinel is ridden out on the new master).
+A call that holds an in-flight slot sends its command on a connection of its own,
+skipping the client's pool checkout (a lock and a health check per call) and its command
+dispatch. It is redis-py's own ``Connection`` underneath, so the parser, the error
+replies (``ResponseError``, ``NoScriptError``), timeouts, authentication, TLS and
+Sentinel's master lookup are redis-py's, and so is what happens after a failure: any
+failure but an error reply (a timeout, a lost connection, a cancelled send or read) drops
+the connection, and the command is sent again as the client's ``execute_command`` would
+(the connection's ``retry``: a failover behind Sentinel is ridden out on the new master).
+
+The source of ``lane.py`` (``Lane``, for the blocking store): ``tools/unasync.py`` writes it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ __all__ = ["AsyncLane"]
 
 
 class AsyncLane:
-    """A held connection that ``AsyncRedisCalls`` sends its commands on (the role of a client)."""
+    """A held connection that the shell sends its commands on (the role of a client)."""
 
     __slots__ = ("connection",)
 

@@ -1,70 +1,77 @@
-"""``RedisStore``: the Redis / Valkey store for ``Limiter`` (threads), over ``redis_core``.
+"""``RedisStore``: the Redis / Valkey store for ``Limiter`` (a planner and a shell; see ``store_async.py``).
 
-One decision is one ``FCALL`` of the store's Functions library (``EVALSHA`` of the same Lua
-where the server has no Functions; ``script``), decided inside Redis on Redis's clock.
-Calls from several threads coalesce (``ThreadCoalescer``, ``stores/coalescing.py``): while
-``max_in_flight`` calls are out, further callers queue, and the first of them sends
-everything queued as one call when a call returns (so a hot key costs a fraction of a round
-trip per decision). A lone caller sends at once and pays nothing for this.
+Generated from ``store_async.py`` by ``tools/unasync.py``: do not edit; edit that file
+and run ``python tools/unasync.py``.
 """
 
 from __future__ import annotations
 
-import os
-import weakref
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.stores import wire
+from ratekeeper.errors import StoreError
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_threads import ThreadCoalescer
-from ratekeeper.stores.redis.calls import RedisCalls
-from ratekeeper.stores.redis.sansio import applied_nothing, row, store_down, translate
+from ratekeeper.stores.redis.driver_threads import bind, coalescer, drain, started
+from ratekeeper.stores.redis.planner import RedisPlanner
+from ratekeeper.stores.redis.shell import RedisShell
 
 if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
     from ratekeeper.op import Op
+    from ratekeeper.stores import wire
+    from ratekeeper.stores.redis.driver_threads import Submit
 
 __all__ = ["RedisStore"]
 
 
-class RedisStore(RedisCalls):
+class RedisStore:
     """The Redis store (``redis://``, ``rediss://``, ``valkey://``, ``unix://``,
-    ``redis+sentinel://``, ``redis+cluster://``); see ``redis_url`` for the options.
+    ``redis+sentinel://``, ``redis+cluster://``); see ``stores/redis/url.py`` for the options.
 
-    Concurrent calls coalesce with the guarantees of ``stores/coalescing.py`` (a queued
-    thread waits at most ``timeout``; errors reach only the calls they concern, and the
-    threads queued behind a call that found Redis down or timed out get its error at once;
-    an interrupt is its own thread's).
+    Concurrent calls coalesce with the guarantees of ``stores/coalescing.py``: a caller
+    queued behind the calls in flight waits at most ``timeout``; an error reaches only the
+    calls it concerns, and when Redis timed out or is unreachable, the ops queued behind
+    the failed call get that error at once. An asyncio store belongs to the event loop it
+    is first used on: another loop gets a ``RuntimeError`` saying so, never a hang; a
+    caller cancelled before its op is sent withdraws it (nothing is charged), after,
+    leaves the call to finish for the others.
     """
 
     def __init__(self, url: str = "redis://127.0.0.1:6379/0", **options: Any) -> None:
-        super().__init__(url, **options)
-        self._coalesce()
-        _LANED.add(self)
+        self.planner = RedisPlanner(url, **options)
+        self.shell = RedisShell(self.planner)
+        self._open()
+        started(self)
 
-    _submit: Callable[[wire.Op, int | None], Decision | bool]
-    """One op's decision (None for a refund): the coalescer's ``submit``, bound once (one
-    call less on the hot path), or ``_alone`` with batching off."""
+    _submit: Submit
+    """One op's decision (for a refund: whether it gave anything back): the queue's
+    ``submit``, bound once, or ``_alone`` with batching off."""
 
-    def _coalesce(self) -> None:
-        """A new queue for this process's calls; each call goes out through ``_on_lane``."""
-        core = self.core
-        self._coalescer: ThreadCoalescer[wire.Op, Decision | bool] = ThreadCoalescer(
-            Coalescer(core.max_in_flight, core.max_batch, row),
-            self._on_lane,
-            store_down,
-            core.timeout,
-            "Redis",
-            applied_nothing,
-        )
-        self._submit = self._coalescer.submit if core.batching else self._alone
+    def _open(self) -> None:
+        """A new queue for this process's calls; each call goes out on a lane."""
+        self._coalescer = coalescer(self._on_lane, self.planner)
+        self._submit = self._coalescer.submit if self.planner.batching else self._alone
+
+    def _on_lane(self, ops: Sequence[wire.Op], now: int | None) -> list[Any]:
+        """A coalesced call, holding an in-flight slot: ``ops`` decided on a lane."""
+        planner = self.planner
+        calls = planner.plan(ops, now)
+        return planner.read(calls, self.shell.send_on_lane(calls))
+
+    def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Any]:
+        """Each op's decision (for a refund: whether it gave anything back), or, on a
+        Cluster, the ``StoreError`` of its slot's call when only some calls failed (raised
+        when they all did)."""
+        planner = self.planner
+        calls = planner.plan(ops, now, atomic)
+        return planner.read(calls, self.shell.send(calls))
 
     def _alone(self, op: wire.Op, now: int | None) -> Decision | bool:
-        return self._run([op], now)[0]  # type: ignore[no-any-return]
+        bind(self._coalescer)
+        return (self._run([op], now))[0]  # type: ignore[no-any-return]
 
-    # -- the Store role ----------------------------------------------------------------
+    # -- the Store role -----------------------------------------------------------
 
     def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)
@@ -76,39 +83,34 @@ class RedisStore(RedisCalls):
         check_op(op, now)
         return self._submit(op, now) is True
 
-    def _new_lane(self) -> Any:
-        """A single-connection client on the pool (a thread's lane, see ``_on_lane``): a
-        forked child makes lanes of its own (redis-py's pools reset after a fork; a
-        single-connection client does not)."""
-        import redis
+    def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        """All or nothing: one atomic call on one node; on a Cluster one per slot, and the
+        slots that charged are refunded when another refused or failed (then its error is
+        raised)."""
+        for op in ops:
+            check_op(op, now)
+        planner = self.planner
+        calls = planner.plan(ops, now, atomic=True)
+        decisions = planner.read(calls, self.shell.send(calls))
+        failed = next((d for d in decisions if isinstance(d, StoreError)), None)
+        if len(calls) > 1 and (failed is not None or not all(decisions)):
+            undo = planner.rollback(calls, decisions)
+            if undo:
+                for result in self._run(undo, now):
+                    if isinstance(result, StoreError):
+                        raise StoreError(
+                            f"a batch over several Cluster slots was refused or failed, and undoing "
+                            f"the slots that charged failed too: {result}"
+                        ) from result
+        if failed is not None:
+            raise failed
+        return tuple(decisions)
 
-        try:
-            return redis.Redis(connection_pool=self.client.connection_pool, single_connection_client=True)
-        except self._errors as exc:
-            raise translate(exc, "a decision") from exc  # "Redis is unreachable for a decision: ... connecting ..."
+    def reset(self, plan: Plan, key: str) -> None:
+        self.shell.delete(self.planner.storage_key(plan, key))
 
     def close(self) -> None:
-        """Close the client (and, behind Sentinel, the connections to the sentinels)."""
-        lanes, self._lanes = self._lanes, []
-        for lane in lanes:
-            lane.close()
-        self.client.close()
-        manager = getattr(getattr(self.client, "connection_pool", None), "sentinel_manager", None)
-        for sentinel in getattr(manager, "sentinels", ()):
-            sentinel.close()
-
-
-_LANED: weakref.WeakSet[RedisStore] = weakref.WeakSet()
-
-
-def _forget_lanes_after_fork() -> None:
-    """In a forked child, every store forgets its parent's lanes (their sockets are the
-    parent's: forgotten, not closed) and its queue (the parent's threads, and a lock one of
-    them may have held). A hook, not a pid check per call: ``os.getpid`` is a system call,
-    microseconds on this machine."""
-    for store in list(_LANED):
-        store._lanes = []
-        store._coalesce()
-
-
-os.register_at_fork(after_in_child=_forget_lanes_after_fork)
+        """Answer every op queued or in flight, then close the client (and, behind
+        Sentinel, the connections to the sentinels)."""
+        drain(self._coalescer)
+        self.shell.close()
