@@ -1,16 +1,23 @@
-"""``ratekeeper bench STORE``: measure ratekeeper against its peers (needs the ``bench`` extra).
+"""``ratekeeper bench STORE``: measure ratekeeper against its peers.
 
-The only module of the package that imports ``ratekeeper_bench``, and only when the
-command line is built.
+The harness is ``ratekeeper_bench``, a distribution of its own in the repository
+(``bench/``, installed by the ``bench`` extra). This is the only module of the package
+that imports it, and only when the command line is built; without it, the command says
+how to install it and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 __all__ = ["add_parser", "run"]
 
 EPILOG = "What each cell measures, and how to read the report: docs/benchmarks.md."
+INSTALL = (
+    "ratekeeper bench needs the benchmark harness, ratekeeper-bench, which is not part of ratekeeper's wheel: "
+    "in a clone of the repository, install it with pip install -e '.[bench]' (or pip install -e ./bench)"
+)
 
 
 def _description(summary: str) -> str:
@@ -23,14 +30,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser(
         "bench", help="measure ratekeeper against its peers", description="Benchmarks, one store at a time."
     )
+    try:
+        from ratekeeper_bench import memory, postgres, redis, serve, web
+    except ImportError as exc:  # the harness is not installed: the other commands still work
+        p.description = f"{p.description} {INSTALL}."
+        p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        p.set_defaults(bench_missing=str(exc))
+        return
     stores = p.add_subparsers(dest="store", required=True, metavar="STORE")
-    from ratekeeper_bench import memory
 
     summary = "the memory store against limits, pyrate-limiter and throttled-py"
     m = stores.add_parser("memory", help=summary, description=_description(summary), epilog=EPILOG)
     memory.add_arguments(m)
     m.set_defaults(bench_run=memory.run)
-    from ratekeeper_bench import postgres, redis
 
     for name, module, summary in (
         ("redis", redis, "the Redis store against limits, pyrate-limiter, throttled-py and the raw redis-py floor"),
@@ -39,13 +51,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         server = stores.add_parser(name, help=summary, description=_description(summary), epilog=EPILOG)
         module.add_arguments(server)
         server.set_defaults(bench_run=module.run)
-    from ratekeeper_bench import web
 
     summary = "the web middleware against the bare app and slowapi, flask-limiter, django-ratelimit, under wrk"
     w = stores.add_parser("web", help=summary, description=_description(summary), epilog=EPILOG)
     web.add_arguments(w)
     w.set_defaults(bench_run=web.run)
-    from ratekeeper_bench import serve
 
     summary = "the service (ratekeeper serve) under wrk, h2load and a grpcio client: HTTP and gRPC, memory and Redis"
     s = stores.add_parser("serve", help=summary, description=_description(summary), epilog=EPILOG)
@@ -54,4 +64,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    missing = getattr(args, "bench_missing", None)
+    if missing is not None:
+        print(f"ratekeeper: error: {INSTALL} ({missing})", file=sys.stderr)
+        return 2
     return int(args.bench_run(args))
