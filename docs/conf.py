@@ -14,9 +14,10 @@ project = "ratekeeper"
 author = "the ratekeeper authors"
 copyright = "the ratekeeper authors"
 
+# No napoleon: the docstrings are reStructuredText prose without Google or NumPy sections,
+# and napoleon would read an attribute's "what: how" first line as a type.
 extensions = [
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
     "sphinx.ext.viewcode",
     "myst_parser",
 ]
@@ -30,10 +31,6 @@ autodoc_default_options = {"members": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "signature"
 autodoc_preserve_defaults = True
-# Optional drivers and frameworks the reference imports only to describe, never to run.
-autodoc_mock_imports: list[str] = []
-napoleon_google_docstring = True
-napoleon_numpy_docstring = False
 
 # Headings become link targets (docs/web.md#what-a-client-sees), as on GitHub.
 myst_heading_anchors = 4
