@@ -26,7 +26,7 @@ FAILSAFE = "3/minute"
 """What an account of ``api.calls`` gets until (or unless) its plan is known."""
 QUOTA_MAX_KEYS = 1000
 """Accounts whose plan the quota keeps: a flood of unknown ids cannot grow it further."""
-STORE_MAX_KEYS = 5000
+STORE_MAX_KEYS = 2000
 """Keys the memory store keeps per rule (``memory://?max_keys=``), least recently used dropped first."""
 
 PLANS = {"alice@example.com": "10/minute", "carol@example.com": "100/s"}

@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from ratekeeper.limit import Limit
+from ratekeeper.loadtest.engine import LATE_AFTER, LATE_WARNING
 from ratekeeper.loadtest.memory import rss_bytes
 from ratekeeper.loadtest.stats import ProfileStats
 from ratekeeper.tour.rules import FAILSAFE, HOT_LIMIT, QUOTA_MAX_KEYS, STORE_MAX_KEYS
@@ -50,14 +51,14 @@ class Pace:
     partner_windows: int = 6
     partner_callers: int = 10
     login_bursts: int = 5
-    hot_seconds: float = 6.0
-    hot_rate: float = 1500.0
+    hot_seconds: float = 5.0
+    hot_rate: float = 600.0
     flood_seconds: float = 12.0
     flood_callers: int = 64
 
     @classmethod
     def quick(cls) -> Pace:
-        return cls(partner_windows=2, login_bursts=2, hot_seconds=1.0, flood_seconds=1.5)
+        return cls(partner_windows=2, login_bursts=2, hot_seconds=2.0, flood_seconds=1.5)
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,10 +294,12 @@ async def hot_key(client: Client, pace: Pace, pid: int) -> Finding:
     count = max(round(pace.hot_rate * pace.hot_seconds), limit.count + limit.count // 5)
     before = decision_time(await client.metrics())
     pending: set[asyncio.Task[Reply]] = set()
+    late = 0
     for i in range(count):
         due = recorder.t0 + i / pace.hot_rate
         if (delay := due - time.monotonic()) > 0:
             await asyncio.sleep(delay)
+        late += time.monotonic() - due > LATE_AFTER
         task = asyncio.create_task(client.check(recorder, "tenant.requests", "tenant-7", due=due))
         pending.add(task)
         task.add_done_callback(pending.discard)
@@ -316,6 +319,11 @@ async def hot_key(client: Client, pace: Pace, pid: int) -> Finding:
         f"p99 {latency['p99_ms']:.2f} ms, max {latency['max_ms']:.2f} ms; "
         f"the service's own decision: {service_us:.0f} µs on average (/metrics)",
     ]
+    if late > LATE_WARNING * count:
+        lines.append(
+            f"{_n(late)} of {_n(count)} checks left more than {LATE_AFTER * 1000:g} ms late: this machine could "
+            f"not keep {pace.hot_rate:,.0f} a second, and the latencies include that wait"
+        )
     return Finding(
         f"Hot key: tenant.requests, {HOT_LIMIT} (sliding_window_log), one key, {pace.hot_rate:,.0f} checks a second",
         lines,
@@ -324,6 +332,7 @@ async def hot_key(client: Client, pace: Pace, pid: int) -> Finding:
             "admitted": totals["allowed"],
             "refused": totals["denied"],
             "limit": limit.count,
+            "late": late,
             "service_counted": served,
             "latency_ms": latency,
             "service_decision_us": round(service_us, 1),
@@ -379,8 +388,8 @@ async def flood(client: Client, pace: Pace, pid: int) -> Finding:
         quarter = mib[min(len(mib) - 1, max(1, len(mib) // 4))]
         lines.append(
             f"service memory (RSS): {mib[0]:.1f} MiB at the start, {quarter:.1f} MiB a quarter in, "
-            f"{mib[-1]:.1f} MiB at the end; the store keeps at most {_n(STORE_MAX_KEYS)} keys a rule, "
-            f"the quota {_n(QUOTA_MAX_KEYS)} plans"
+            f"{mib[-1]:.1f} MiB at the end: the store keeps at most {_n(STORE_MAX_KEYS)} keys a rule and the "
+            f"quota {_n(QUOTA_MAX_KEYS)} plans, the least recently used dropped first"
         )
     return Finding(
         f"Flood: api.calls under a quota (unknown accounts get {FAILSAFE}), {pace.flood_callers} callers, "
