@@ -7,7 +7,8 @@ import asyncio
 
 from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.decision import BatchDecision, Decision
-from ratekeeper.limiter.transaction import Acquire, Entry, Peek, run_async, run_sync, transaction
+from ratekeeper.limiter import drive, drive_async
+from ratekeeper.limiter.transaction import Acquire, Entry, Peek, transaction
 from ratekeeper.testing import FakeClock
 
 ENFORCED = Rule("tx.enforced", "1/minute")
@@ -34,7 +35,7 @@ def test_the_steps_of_an_admitted_request_charge_the_shadow_rules() -> None:
 def test_both_drivers_charge_nothing_for_a_refused_request() -> None:
     limiter = Limiter("memory://", clock=FakeClock())
     entries = [Entry(ENFORCED, "k"), Entry(SHADOW, "k", shadow=True)]
-    outcomes = [run_sync(limiter, entries) for _ in range(3)]
+    outcomes = [drive.run_transaction(limiter, entries) for _ in range(3)]
     assert [True, False, False] == [o.allowed for o in outcomes]
     # one admitted request charged it (a peek tells what one more would leave: 5 - 1 - 1)
     assert 3 == limiter.peek(SHADOW, "k").remaining
@@ -42,7 +43,7 @@ def test_both_drivers_charge_nothing_for_a_refused_request() -> None:
 
     async def main() -> list[bool]:
         alimiter = AsyncLimiter("memory://", clock=FakeClock())
-        got = [(await run_async(alimiter, entries)).allowed for _ in range(3)]
+        got = [(await drive_async.run_transaction(alimiter, entries)).allowed for _ in range(3)]
         assert 3 == (await alimiter.peek(SHADOW, "k")).remaining
         return got
 

@@ -44,6 +44,9 @@ NAMES: dict[str, str] = {
 }
 """Renames that hold for every pair."""
 
+_DRIVE = {"drive_async": "drive", "agather": "gather", "asleep": "sleep"}
+"""The limiter's renames: its drivers' module and the primitives of ``limiter/acompat.py``."""
+
 _REDIS = {
     "AsyncRedisStore": "RedisStore",
     "AsyncRedisShell": "RedisShell",
@@ -62,7 +65,19 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         PACKAGE / "limiter" / "limiter_async.py",
         PACKAGE / "limiter" / "limiter.py",
         "``Limiter``: decide, for a rule, a key and a cost, whether a request may proceed; ``Lease``.",
-        {"AsyncLimiter": "Limiter", "AsyncLease": "Lease", "store_wrappers_async": "store_wrappers"},
+        {"AsyncLimiter": "Limiter", "AsyncLease": "Lease", "store_wrappers_async": "store_wrappers", **_DRIVE},
+    ),
+    (
+        PACKAGE / "limiter" / "drive_async.py",
+        PACKAGE / "limiter" / "drive.py",
+        "Run a request's transaction (``transaction``), or a flow around one, against a ``Limiter``.",
+        {"AsyncLimiter": "Limiter", "limiter_async": "limiter", **_DRIVE},
+    ),
+    (
+        PACKAGE / "web" / "core_async.py",
+        PACKAGE / "web" / "core.py",
+        "``RateLimitCore``: the web core of the blocking integrations (WSGI, Flask, sync Django).",
+        {"AsyncRateLimitCore": "RateLimitCore", "AsyncLimiter": "Limiter", "limiter_async": "limiter", **_DRIVE},
     ),
     (
         PACKAGE / "limiter" / "store_wrappers_async.py",

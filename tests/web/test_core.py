@@ -13,14 +13,16 @@ import pytest
 from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.testing import FakeClock
-from ratekeeper.web.core import RateLimitCore, RequestView
+from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.request import RequestView
 
 from .conftest import http_rule
 
 
 def core(rules: list[Any], **options: Any) -> RateLimitCore:
     options.setdefault("limiter", Limiter("memory://", clock=FakeClock()))
-    return RateLimitCore(rules, asynchronous=False, **options)
+    return RateLimitCore(rules, **options)
 
 
 def get(path: str = "/items/a", **fields: Any) -> RequestView:
@@ -29,7 +31,7 @@ def get(path: str = "/items/a", **fields: Any) -> RequestView:
 
 
 def statuses(c: RateLimitCore, views: list[RequestView]) -> list[int]:
-    return [v.status for v in (c.check_sync(view) for view in views)]
+    return [v.status for v in (c.check(view) for view in views)]
 
 
 def test_one_batch_for_every_enforced_rule_and_a_refusal_charges_none() -> None:
@@ -38,7 +40,7 @@ def test_one_batch_for_every_enforced_rule_and_a_refusal_charges_none() -> None:
     a = http_rule("a", "2/minute")
     b = http_rule("b", "1/minute")
     c = core([a, b])
-    first, second = c.check_sync(get()), c.check_sync(get())
+    first, second = c.check(get()), c.check(get())
     assert (True, False) == (first.allowed, second.allowed)
     assert [("a", True), ("b", False)] == [(d.rule, d.allowed) for d in second.decisions]
     only_a = core([a], limiter=c.limiter)
@@ -49,7 +51,7 @@ def test_rules_match_by_method_path_and_host() -> None:
     c = core([http_rule("post", "1/minute", methods=("POST",), path="/items/{user}")])
     assert [200, 200] == statuses(c, [get(), get()])
     post = RequestView("POST", "/items/a", peer="192.0.2.1")
-    assert [True, False] == [c.check_sync(post).allowed, c.check_sync(post).allowed]
+    assert [True, False] == [c.check(post).allowed, c.check(post).allowed]
 
 
 def test_each_key_part_is_read_from_the_request() -> None:
@@ -62,12 +64,12 @@ def test_each_key_part_is_read_from_the_request() -> None:
         user=lambda: "alice",
         route="/items/{user}",
     )
-    first = c.check_sync(get(**view))
+    first = c.check(get(**view))
     assert first.allowed
     assert [("k", "GET|api.example|2|alice|/items/{user}|o1|192.0.2.1")] == [
         (ch.rule.name, ch.key) for ch in first.charges
     ]
-    assert not c.check_sync(get(**view)).allowed
+    assert not c.check(get(**view)).allowed
 
 
 def test_a_user_callable_option_wins_over_the_integrations_user() -> None:
@@ -96,12 +98,12 @@ def test_an_unbuildable_key_skips_the_rule_and_an_unreadable_cost_charges_one() 
         http_rule("always", "5/minute"),
     ]
     c = core(rules, metrics=Metrics())
-    verdict = c.check_sync(get(headers={"x-cost": "lots"}))
+    verdict = c.check(get(headers={"x-cost": "lots"}))
     assert verdict.allowed
     assert ("by_key",) == verdict.skipped
     assert ["by_key"] == skips
     assert ["by_cost", "always"] == [d.rule for d in verdict.decisions]
-    assert not c.check_sync(get()).allowed  # no header at all: charged 1 again, over 1/minute
+    assert not c.check(get()).allowed  # no header at all: charged 1 again, over 1/minute
 
 
 def test_cost_options() -> None:
@@ -135,14 +137,14 @@ def test_exemptions() -> None:
         get(query_string="free=1", **h),
     ]
     for view in exempt * 2:
-        verdict = c.check_sync(view)
+        verdict = c.check(view)
         assert verdict.allowed and verdict.exempt and not verdict.headers
     assert [200, 429] == statuses(c, [get(**h), get(**h)])
 
 
 def test_shadow_rules_are_charged_apart_and_never_refuse() -> None:
     c = core([http_rule("enforced", "3/minute"), http_rule("dry", "1/minute", shadow=True)])
-    verdicts = [c.check_sync(get()) for _ in range(4)]
+    verdicts = [c.check(get()) for _ in range(4)]
     assert [True, True, True, False] == [v.allowed for v in verdicts]
     assert [True, False, False, False] == [v.shadow[0].allowed for v in verdicts]
     assert all("dry" not in value for v in verdicts for _, value in v.headers)
@@ -150,32 +152,31 @@ def test_shadow_rules_are_charged_apart_and_never_refuse() -> None:
 
 def test_refunds_by_status_and_leases_released_after_every_response() -> None:
     c = core([http_rule("r", "1/minute")], refund_statuses={500, 503})
-    v = c.check_sync(get())
-    c.finish_sync(v, 503)
-    v = c.check_sync(get())
+    v = c.check(get())
+    c.finish(v, 503)
+    v = c.check(get())
     assert v.allowed
-    c.finish_sync(v, 200)
-    assert not c.check_sync(get()).allowed
+    c.finish(v, 200)
+    assert not c.check(get()).allowed
     leases = core([http_rule("in_flight", "1/minute", algorithm="concurrency")])
-    held = leases.check_sync(get())
+    held = leases.check(get())
     assert held.charges[0].lease_id is not None
-    assert not leases.check_sync(get()).allowed
-    leases.finish_sync(held, 200)
-    assert leases.check_sync(get()).allowed
+    assert not leases.check(get()).allowed
+    leases.finish(held, 200)
+    assert leases.check(get()).allowed
 
 
 def test_the_async_driver_decides_as_the_sync_one() -> None:
     async def run() -> list[tuple[bool, bool]]:
-        c = RateLimitCore(
+        c = AsyncRateLimitCore(
             [http_rule("a", "2/minute"), http_rule("s", "1/minute", shadow=True)],
-            asynchronous=True,
             limiter=AsyncLimiter("memory://", clock=FakeClock()),
         )
         out = []
         for _ in range(3):
-            v = await c.check_async(get())
+            v = await c.check(get())
             out.append((v.allowed, v.shadow[0].allowed))
-            await c.finish_async(v, 200)
+            await c.finish(v, 200)
         await c.aclose()
         return out
 
@@ -184,9 +185,9 @@ def test_the_async_driver_decides_as_the_sync_one() -> None:
 
 def test_the_wrong_kind_of_limiter_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="AsyncLimiter"):
-        RateLimitCore([], asynchronous=True, limiter=Limiter("memory://"))
+        AsyncRateLimitCore([], limiter=Limiter("memory://"))  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="Limiter"):
-        RateLimitCore([], asynchronous=False, limiter=AsyncLimiter("memory://"))  # type: ignore[arg-type]
+        RateLimitCore([], limiter=AsyncLimiter("memory://"))  # type: ignore[arg-type]
 
 
 def closed_port() -> int:
@@ -202,10 +203,10 @@ def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
     limiter = Limiter(f"redis://127.0.0.1:{closed_port()}/0", on_error="allow", timeout=0.5)
     reads = http_rule("reads", "100/minute", path="/items/{user}")
     login = http_rule("login", "100/minute", path="/login", on_error="deny")
-    c = RateLimitCore([reads, login], asynchronous=False, limiter=limiter)
+    c = RateLimitCore([reads, login], limiter=limiter)
     try:
-        read = c.check_sync(get())
-        denied = c.check_sync(get("/login"))
+        read = c.check(get())
+        denied = c.check(get("/login"))
     finally:
         limiter.close()
     assert read.allowed and "allow" == read.decisions[0].fallback
@@ -229,15 +230,15 @@ def test_exempt_keys_name_what_they_exempt_from() -> None:
     by_tenant = http_rule("t", "1/minute", key="{header.x-tenant}")
     c = core([by_key, by_tenant], exempt_keys={"k": ["admin"], "{query.probe}": "secret"})
     admin = get(headers={"x-key": "admin", "x-tenant": "a"})
-    verdicts = [c.check_sync(admin) for _ in range(2)]
+    verdicts = [c.check(admin) for _ in range(2)]
     assert [True, False] == [v.allowed for v in verdicts]  # "t" still limits the admin key
     assert ["t"] == [d.rule for d in verdicts[0].decisions]
     sneaky = get(headers={"x-key": "u", "x-tenant": "admin"})
     assert [200, 429] == statuses(c, [sneaky, sneaky])
     probe = get(headers={"x-key": "u", "x-tenant": "u"}, query_string="probe=secret")
-    assert all(c.check_sync(probe).exempt for _ in range(3))
+    assert all(c.check(probe).exempt for _ in range(3))
     only = core([by_key], exempt_keys={"k": "admin"})
-    assert only.check_sync(get(headers={"x-key": "admin"})).exempt  # every matching rule exempted
+    assert only.check(get(headers={"x-key": "admin"})).exempt  # every matching rule exempted
     with pytest.raises(ConfigurationError, match="exempt_keys must say what each key is exempt from"):
         core([by_key], exempt_keys=["admin"])
     with pytest.raises(ConfigurationError, match="unknown request part"):
@@ -249,17 +250,17 @@ def test_costs_are_ascii_digits_and_capped() -> None:
     rule = http_rule("c", "10/minute", cost="{header.x-cost}")
     c = core([rule])
     for text in ("\xb2", "\u0663", "1e3", "-1", " "):
-        verdict = c.check_sync(get(headers={"x-cost": text}))
+        verdict = c.check(get(headers={"x-cost": text}))
         assert verdict.charges[0].cost == 1, text  # MISSING_COST
-    huge = c.check_sync(get(headers={"x-cost": "9" * 18}))
+    huge = c.check(get(headers={"x-cost": "9" * 18}))
     assert not huge.allowed and huge.status == 429  # beyond every limit: refused, not an error
 
 
 def test_a_deny_response_is_checked_and_a_bad_one_falls_back_to_the_429(caplog: pytest.LogCaptureFixture) -> None:
     rule = http_rule("d", "1/minute")
     good = core([rule], deny_response=lambda denied: (503, [(b"X-A", b"1"), ("X-B", "2")], "busy"))
-    good.check_sync(get())
-    verdict = good.check_sync(get())
+    good.check(get())
+    verdict = good.check(get())
     assert (503, b"busy") == (verdict.status, verdict.body)
     assert ("X-A", "1") in verdict.headers and ("X-B", "2") in verdict.headers
     answers: list[Any] = [
@@ -272,8 +273,8 @@ def test_a_deny_response_is_checked_and_a_bad_one_falls_back_to_the_429(caplog: 
     ]
     for answer in answers:
         bad = core([http_rule("d", "1/minute")], deny_response=lambda denied, a=answer: a)
-        bad.check_sync(get())
-        verdict = bad.check_sync(get())
+        bad.check(get())
+        verdict = bad.check(get())
         assert 429 == verdict.status and ("Content-Type", "application/problem+json") in verdict.headers, answer
     assert "deny_response did not answer" in caplog.text
 
@@ -281,11 +282,11 @@ def test_a_deny_response_is_checked_and_a_bad_one_falls_back_to_the_429(caplog: 
 def test_a_key_over_512_characters_is_bounded() -> None:
     rule = http_rule("b", "1/minute", key="{header.x-key}")
     c = core([rule])
-    verdict = c.check_sync(get(headers={"x-key": "k" * 5000}))
+    verdict = c.check(get(headers={"x-key": "k" * 5000}))
     assert verdict.allowed and len(verdict.charges[0].key) == 512
-    assert not c.check_sync(get(headers={"x-key": "k" * 5000})).allowed
+    assert not c.check(get(headers={"x-key": "k" * 5000})).allowed
     by_callable = core([http_rule("b2", "1/minute")], key=lambda view, r: "c" * 900)
-    assert len(by_callable.check_sync(get()).charges[0].key) == 512
+    assert len(by_callable.check(get()).charges[0].key) == 512
 
 
 def test_the_middlewares_rules_are_the_metrics_labels_however_many_and_whichever_core() -> None:
@@ -299,7 +300,7 @@ def test_the_middlewares_rules_are_the_metrics_labels_however_many_and_whichever
     first = core([http_rule("a", "5/minute"), http_rule("b", "5/minute")], metrics=metrics, limiter=limiter)
     second = core([http_rule("c", "5/minute")], metrics=metrics, limiter=limiter)
     for c in (first, second):
-        assert c.check_sync(get()).allowed
+        assert c.check(get()).allowed
     for name in ("a", "b", "c"):
         assert metrics.value("ratekeeper_decisions_total", rule=name, outcome="within") == 1
     assert metrics.value("ratekeeper_decisions_total", rule=OTHER_RULE, outcome="within") is None

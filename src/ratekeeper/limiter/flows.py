@@ -1,27 +1,28 @@
 """The waiting logic of ``acquire`` and ``lease``, written once, run by sync and async shells.
 
 A flow is a generator that yields what to do (an ``Op`` for the store, DECIDE or REFUND,
-or a ``Sleep``) and receives the results; ``run_sync`` and ``run_async`` execute them
-against a store and a clock. The flow decides what to do; the shells only do it (the psycopg pattern).
+or a ``Sleep``) and receives the results; the limiter (``_run_flow``) does them with its
+store and its clock. The flow decides what to do;
+the shells only do it (the psycopg pattern).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ratekeeper.algorithms.base import UNBOUNDED_WAIT
 from ratekeeper.errors import RateLimitExceeded
-from ratekeeper.op import REFUND, Op
+from ratekeeper.op import Op
 
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
     from ratekeeper.clock import Clock
     from ratekeeper.decision import Decision
 
-__all__ = ["Flow", "Sleep", "acquire_flow", "run_async", "run_sync"]
+__all__ = ["Flow", "Sleep", "acquire_flow"]
 
 T = TypeVar("T")
 
@@ -83,52 +84,3 @@ def acquire_flow(
 
 def _why(decision: Decision) -> str:
     return f"rate limited by {decision.denied_by} of rule {decision.rule!r}"
-
-
-def run_sync(flow: Flow[T], decide: Callable[[Op], Decision], refund: Callable[[Op], object], clock: Clock) -> T:
-    """Drive a flow with blocking calls."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = flow.throw(error) if error is not None else flow.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        result = None
-        try:
-            if isinstance(op, Sleep):
-                clock.sleep(op.seconds)
-            elif op.mode == REFUND:
-                refund(op)
-            else:
-                result = decide(op)
-        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
-            error = exc
-
-
-async def run_async(
-    flow: Flow[T],
-    decide: Callable[[Op], Awaitable[Decision]],
-    refund: Callable[[Op], Awaitable[object]],
-    clock: Clock,
-) -> T:
-    """Drive a flow on the event loop; cancellation is handed to the flow."""
-    result: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = flow.throw(error) if error is not None else flow.send(result)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        result = None
-        try:
-            if isinstance(op, Sleep):
-                await clock.asleep(op.seconds)
-            elif op.mode == REFUND:
-                await refund(op)
-            else:
-                result = await decide(op)
-        except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
-            error = exc

@@ -2,15 +2,14 @@
 ``AsyncLease``: hold a slot of a concurrency rule for a block.
 
 This module is the source of ``limiter.py``: ``tools/unasync.py`` writes the blocking
-``Limiter`` and ``Lease`` from it (``async def`` → ``def``, no ``await``, ``run_async`` →
-``run_sync``), and a test fails when the two differ. Edit this one, then run
+``Limiter`` and ``Lease`` from it (``async def`` → ``def``, no ``await``, ``AsyncLimiter``
+→ ``Limiter``), and a test fails when the two differ. Edit this one, then run
 ``python tools/unasync.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from functools import partial
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -30,12 +29,12 @@ from ratekeeper.limiter.checks import (
 )
 from ratekeeper.limiter.decorator import limit_decorator
 from ratekeeper.limiter.failure import FailurePolicy
-from ratekeeper.limiter.flows import acquire_flow, run_async
+from ratekeeper.limiter.flows import Flow, Sleep, acquire_flow
 from ratekeeper.limiter.lease_state import LeaseState
 from ratekeeper.limiter.observer import Observer
 from ratekeeper.limiter.overlimit import DEFAULT_MAX_KEYS, DenialCache
 from ratekeeper.limiter.store_wrappers_async import AsyncObservedStore, AsyncOverLimitCache
-from ratekeeper.op import DECIDE, PEEK, Op
+from ratekeeper.op import DECIDE, PEEK, REFUND, Op
 from ratekeeper.rule import Rule
 from ratekeeper.stores.base import AsyncStore, Store
 from ratekeeper.stores.url import in_process_decide, open_async_store
@@ -159,7 +158,7 @@ class AsyncLimiter:
             return Decision.unlimited_for(rule.name)
         lease = new_lease_id() if plan.leases else None
         flow = acquire_flow(plan, key, cost, timeout, self.clock, lease)
-        return await run_async(flow, partial(self._decide, rule), partial(self._refund, rule), self.clock)
+        return await self._run_flow(rule, flow)
 
     async def try_acquire_many(self, items: Iterable[tuple[Any, ...]]) -> BatchDecision:
         """Charge several (rule, key[, cost]) at once: all of them, or none."""
@@ -232,6 +231,29 @@ class AsyncLimiter:
         call raises ``RateLimitExceeded``; with ``wait`` it first waits up to that many seconds.
         """
         return limit_decorator(self, rule, key, cost, wait)
+
+    async def _run_flow(self, rule: Rule, flow: Flow[Decision]) -> Decision:
+        """Do what ``flow`` asks (decide, refund, sleep) until it returns; an exception raised
+        while doing it (a cancellation, an interruption) is handed to the flow, which decides
+        what to undo."""
+        result: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = flow.throw(error) if error is not None else flow.send(result)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            error = None
+            result = None
+            try:
+                if isinstance(op, Sleep):
+                    await self.clock.asleep(op.seconds)
+                elif op.mode == REFUND:
+                    await self._refund(rule, op)
+                else:
+                    result = await self._decide(rule, op)
+            except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
+                error = exc
 
     async def _decide(self, rule: Rule, op: Op) -> Decision:
         try:

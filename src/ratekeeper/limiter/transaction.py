@@ -4,8 +4,9 @@ A request names several rules (the middleware's matching rules, a ``checks`` bat
 ``/v1/check``, the descriptors of an Envoy request). ``transaction(entries)`` decides them
 as one transaction, without doing any I/O itself: it is a generator that yields the calls
 to make (a ``Step``: calls that do not depend on each other, which an async driver runs
-concurrently) and receives their answers, in the shape of ``limiter.flows``. ``run_sync``
-and ``run_async`` drive it with a ``Limiter`` or an ``AsyncLimiter``.
+concurrently) and receives their answers, in the shape of ``limiter.flows``. ``run_transaction`` and ``drive``
+(``drive_async`` and its generated twin ``drive``) run it with an ``AsyncLimiter`` or a
+``Limiter``.
 
 The rule, for every caller:
 
@@ -25,27 +26,20 @@ would make a shadow rule look tighter than it would be once enforced beside the 
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 from ratekeeper.decision import BatchDecision, Decision
-from ratekeeper.limiter.limiter import Limiter
-from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 
 __all__ = [
     "Acquire",
+    "Call",
     "Entry",
     "Outcome",
     "Peek",
     "Step",
     "Transaction",
-    "drive_async",
-    "drive_sync",
-    "run_async",
-    "run_sync",
     "transaction",
 ]
 
@@ -76,8 +70,6 @@ class Peek:
     key: str
     cost: int
 
-
-T = TypeVar("T")
 
 Call = Acquire | Peek
 Step = tuple[Call, ...]
@@ -151,49 +143,3 @@ def transaction(entries: Sequence[Entry]) -> Transaction:
     done = tuple(d for d in decisions if d is not None)
     assert len(done) == len(entries)
     return Outcome(allowed, entries, done)
-
-
-def run_sync(limiter: Limiter, entries: Sequence[Entry]) -> Outcome:
-    """The transaction of ``entries``, with blocking calls."""
-    return drive_sync(limiter, transaction(entries))
-
-
-async def run_async(limiter: AsyncLimiter, entries: Sequence[Entry]) -> Outcome:
-    """The transaction of ``entries`` on the event loop."""
-    return await drive_async(limiter, transaction(entries))
-
-
-def drive_sync(limiter: Limiter, flow: Generator[Step, Sequence[BatchDecision | Decision], T]) -> T:
-    """Run a flow that yields ``Step``s (a ``transaction``, or a caller's flow around one)."""
-    try:
-        step = next(flow)
-        while True:
-            step = flow.send([_call_sync(limiter, call) for call in step])
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def drive_async(limiter: AsyncLimiter, flow: Generator[Step, Sequence[BatchDecision | Decision], T]) -> T:
-    """``drive_sync`` on the event loop; the calls of one step run concurrently."""
-    try:
-        step = next(flow)
-        while True:
-            if len(step) == 1:
-                answers: Sequence[BatchDecision | Decision] = [await _call_async(limiter, step[0])]
-            else:
-                answers = await asyncio.gather(*(_call_async(limiter, call) for call in step))
-            step = flow.send(answers)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-def _call_sync(limiter: Limiter, call: Call) -> BatchDecision | Decision:
-    if isinstance(call, Peek):
-        return limiter.peek(call.rule, call.key, call.cost)
-    return limiter.try_acquire_many(call.items)
-
-
-async def _call_async(limiter: AsyncLimiter, call: Call) -> BatchDecision | Decision:
-    if isinstance(call, Peek):
-        return await limiter.peek(call.rule, call.key, call.cost)
-    return await limiter.try_acquire_many(call.items)

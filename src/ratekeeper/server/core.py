@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from time import perf_counter
 
+from ratekeeper.limiter.drive_async import run_transaction
 from ratekeeper.limiter.limiter_async import AsyncLimiter
-from ratekeeper.limiter.transaction import Entry, Outcome, run_async
+from ratekeeper.limiter.transaction import Entry, Outcome
 from ratekeeper.web.headers import rate_limit_headers
 
 __all__ = ["Item", "Outcome", "answer_headers", "decide_together"]
@@ -29,7 +30,7 @@ async def decide_together(limiter: AsyncLimiter, items: Sequence[Item]) -> Outco
     the policy's decisions (``fallback`` set) are returned like any other.
     """
     start = perf_counter()
-    outcome = await run_async(limiter, items)
+    outcome = await run_transaction(limiter, items)
     # The observer is the service's Metrics (a limiter of code may have another kind).
     timed = getattr(limiter.observer, "decision_time", None)
     if timed is not None:

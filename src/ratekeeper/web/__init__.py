@@ -1,5 +1,6 @@
 """HTTP integrations: ASGI and WSGI middleware, Django, FastAPI, over one
-request-to-decision core (``ratekeeper.web.core``). See docs/web.md for their use and
+request-to-decision core (``ratekeeper.web.base``: ``RateLimitCore`` and
+``AsyncRateLimitCore``). See docs/web.md for their use and
 docs/architecture.md for what may import what.
 
 Names are imported lazily, so using one integration never imports another's framework.
@@ -12,16 +13,26 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ratekeeper.web.asgi import RateLimitMiddleware
-    from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+    from ratekeeper.web.core import RateLimitCore
+    from ratekeeper.web.core_async import AsyncRateLimitCore
+    from ratekeeper.web.request import RequestView, Verdict
     from ratekeeper.web.wsgi import WSGIRateLimitMiddleware
 
-__all__ = ["RateLimitCore", "RateLimitMiddleware", "RequestView", "Verdict", "WSGIRateLimitMiddleware"]
+__all__ = [
+    "AsyncRateLimitCore",
+    "RateLimitCore",
+    "RateLimitMiddleware",
+    "RequestView",
+    "Verdict",
+    "WSGIRateLimitMiddleware",
+]
 
 _WHERE = {
     "RateLimitMiddleware": "ratekeeper.web.asgi",
+    "AsyncRateLimitCore": "ratekeeper.web.core_async",
     "RateLimitCore": "ratekeeper.web.core",
-    "RequestView": "ratekeeper.web.core",
-    "Verdict": "ratekeeper.web.core",
+    "RequestView": "ratekeeper.web.request",
+    "Verdict": "ratekeeper.web.request",
     "WSGIRateLimitMiddleware": "ratekeeper.web.wsgi",
 }
 

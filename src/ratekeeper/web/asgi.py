@@ -2,7 +2,7 @@
 
 A plain ASGI callable, not Starlette's ``BaseHTTPMiddleware``: it never reads or buffers a
 body. An HTTP request is decided before the app sees it; a refused one is answered here
-(the 429 of ``RateLimitCore``) and never reaches the app; an admitted one goes through
+(the 429 of ``AsyncRateLimitCore``) and never reaches the app; an admitted one goes through
 with ``send`` wrapped only to add the rate-limit headers to ``http.response.start`` and to
 learn the status, so streaming responses stream. Websockets and lifespan pass through
 untouched (lifespan's shutdown also closes the limiter's store).
@@ -28,7 +28,10 @@ from typing import Any
 from ratekeeper.config.model import HttpRule
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.limiter_async import AsyncLimiter
-from ratekeeper.web.core import LEDGER, DenyResponse, RateLimitCore, RequestLedger, RequestView, Verdict
+from ratekeeper.web.base import LEDGER, RequestLedger
+from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.options import DenyResponse
+from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
 
@@ -40,7 +43,7 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class RateLimitMiddleware:
-    """Rate limits an ASGI app with the rules ``rules`` (see ``ratekeeper.web.core`` for
+    """Rate limits an ASGI app with the rules ``rules`` (see ``ratekeeper.web.base`` for
     every option); ``app.add_middleware(RateLimitMiddleware, rules="rules.yaml",
     store="redis://cache:6379/0")``."""
 
@@ -78,11 +81,10 @@ class RateLimitMiddleware:
         self.app = app
         self.startup_error: Exception | None = None
         try:
-            self._core: RateLimitCore | None = RateLimitCore(
+            self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(
                 rules,
                 store=store,
                 limiter=limiter,
-                asynchronous=True,
                 on_error=on_error,
                 trusted_proxies=trusted_proxies,
                 forwarded_header=forwarded_header,
@@ -110,7 +112,7 @@ class RateLimitMiddleware:
             self.startup_error = exc
 
     @property
-    def core(self) -> RateLimitCore:
+    def core(self) -> AsyncRateLimitCore:
         """The core deciding requests; the configuration's error when there is none."""
         if self._core is None:
             assert self.startup_error is not None
@@ -132,10 +134,10 @@ class RateLimitMiddleware:
             self.core.metrics.request("asgi")
         core = self.core
         outer: RequestLedger | None = scope.get(LEDGER)
-        verdict = await core.check_async(request_view(scope))
+        verdict = await core.check(request_view(scope))
         if not verdict.allowed:
             if outer is not None:  # a middleware further out admitted it: give that back too
-                await outer.refuse_async()
+                await outer.refuse()
             await send_verdict(send, verdict)
             return
         # The checks further in (a FastAPI dependency, another middleware) see this one's
@@ -164,7 +166,7 @@ class RateLimitMiddleware:
         finally:
             # a refusal further in gave this verdict's charges back already
             if finish and not ledger.refused:
-                await core.finish_async(verdict, status)
+                await core.finish(verdict, status)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:

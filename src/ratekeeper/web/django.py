@@ -9,13 +9,14 @@
     RATEKEEPER = {"rules": "rules.yaml", "store": "memory://"}
 
 ``settings.RATEKEEPER`` holds ``rules`` and ``store`` and any option of
-``ratekeeper.web.core.RateLimitCore`` (``refund_statuses``, ``exempt_paths``,
+the web core (``ratekeeper.web.base``: ``refund_statuses``, ``exempt_paths``,
 ``trusted_proxies``, ``shadow``, ...). A relative ``rules`` path is taken from
 ``settings.BASE_DIR`` when the settings define it.
 
 The middleware is both sync- and async-capable, as Django documents: when the rest of the
 chain is async (ASGI with async views) it is a coroutine function deciding with an
-``AsyncLimiter`` on the event loop; otherwise it decides with the blocking ``Limiter``.
+``AsyncRateLimitCore`` (an ``AsyncLimiter``) on the event loop; otherwise it decides with
+a ``RateLimitCore`` (the blocking ``Limiter``).
 Django never mixes the two in one handler, so one instance uses one of them.
 
 A denied request gets the core's 429 before any view or later middleware runs. An
@@ -43,7 +44,10 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 
 from ratekeeper.errors import ConfigurationError, RateKeeperError
-from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+from ratekeeper.web.base import BaseRateLimitCore
+from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.request import RequestView, Verdict
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
@@ -133,19 +137,27 @@ class RateLimitMiddleware:
     sync_capable = True
     async_capable = True
 
+    sync_core: RateLimitCore
+    """The core of a blocking chain (only then set)."""
+    async_core: AsyncRateLimitCore
+    """The core of an async chain (only then set)."""
+
     def __init__(self, get_response: GetResponse) -> None:
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
+        self.core: BaseRateLimitCore[Any]
         if self.is_async:
             markcoroutinefunction(self)
-        self.core = RateLimitCore(asynchronous=self.is_async, **settings_options())
+            self.core = self.async_core = AsyncRateLimitCore(**settings_options())
+        else:
+            self.core = self.sync_core = RateLimitCore(**settings_options())
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self._acall(request)
         if self.core.metrics is not None:
             self.core.metrics.request("django")
-        verdict = self.core.check_sync(request_view(request))
+        verdict = self.sync_core.check(request_view(request))
         if not verdict.allowed:
             return _deny(verdict)
         response = self.get_response(request)
@@ -155,7 +167,7 @@ class RateLimitMiddleware:
         _add_headers(response, verdict)
         if self.core.needs_finish(verdict):
             try:
-                self.core.finish_sync(verdict, response.status_code)
+                self.sync_core.finish(verdict, response.status_code)
             except RateKeeperError:
                 log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
         return response
@@ -164,7 +176,7 @@ class RateLimitMiddleware:
         if self.core.metrics is not None:
             self.core.metrics.request("django")
         user = await self._async_user(request) if self._needs_user(request) else None
-        verdict = await self.core.check_async(request_view(request, user))
+        verdict = await self.async_core.check(request_view(request, user))
         if not verdict.allowed:
             return _deny(verdict)
         answer: Awaitable[HttpResponseBase] = self.get_response(request)
@@ -172,7 +184,7 @@ class RateLimitMiddleware:
         _add_headers(response, verdict)
         if self.core.needs_finish(verdict):
             try:
-                await self.core.finish_async(verdict, response.status_code)
+                await self.async_core.finish(verdict, response.status_code)
             except RateKeeperError:
                 log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
         return response

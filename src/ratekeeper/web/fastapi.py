@@ -14,7 +14,7 @@
     @limit(Rule("auth.create_token", ["20/minute", "5/3s"]), key="{client_ip}")
     async def token(): ...
 
-The same core as the middleware (``ratekeeper.web.core``; every option of it is taken
+The same core as the middleware (``ratekeeper.web.base``; every option of it is taken
 here): a refusal raises ``RateLimited`` (an ``HTTPException``) answered with the same 429
 as the middleware's (problem+json body, ``Retry-After``, the rate-limit headers); an
 admission adds the rate-limit headers to the endpoint's response. A bare ``Rule`` is
@@ -27,7 +27,7 @@ any other exception) or the status set on the injected ``Response``; the status 
 Under ``RateLimitMiddleware`` too, the route answers one set of rate-limit headers (the
 middleware writes them, for its rules and the dependency's: the tightest limit in
 ``X-RateLimit-*``); when the dependency refuses, what the middleware charged for the
-request is given back, so a refusal charges nothing anywhere (``web.core.RequestLedger``).
+request is given back, so a refusal charges nothing anywhere (``web.base.RequestLedger``).
 Several dependencies of one route: a refusal by a later one gives back what the earlier
 ones charged (the headers of an admitted request are the first dependency's).
 
@@ -52,7 +52,9 @@ from ratekeeper.config.model import HttpRule, KeyTemplate, RuleSet
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.web.asgi import request_view
-from ratekeeper.web.core import LEDGER, RateLimitCore, RequestLedger, RequestView, Verdict
+from ratekeeper.web.base import LEDGER, RequestLedger
+from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["RateLimit", "RateLimited", "install", "limit", "rate_limited_response"]
 
@@ -92,7 +94,7 @@ class RateLimit:
     """A dependency that charges ``rules`` for each request of the endpoints using it.
 
     ``rules``: a ``Rule``, an ``HttpRule``, a list of them, a ``RuleSet`` or a rules-file
-    path. ``key`` and ``cost`` as in the module docstring and ``RateLimitCore`` (``cost``:
+    path. ``key`` and ``cost`` as in the module docstring and ``AsyncRateLimitCore`` (``cost``:
     an int, a template such as ``"{header.x-cost}"``, or ``callable(request) -> int``).
     Share one ``AsyncLimiter`` (``limiter=``) between many dependencies to share a store
     connection pool.
@@ -116,16 +118,16 @@ class RateLimit:
             options["cost"] = lambda view, rule: cost_fn(view.native)
         elif cost is not None:
             options["cost"] = cost
-        self.core = RateLimitCore(_http_rules(rules, key), store=store, limiter=limiter, asynchronous=True, **options)
+        self.core = AsyncRateLimitCore(_http_rules(rules, key), store=store, limiter=limiter, **options)
 
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[Verdict]:
         if self.core.metrics is not None:
             self.core.metrics.request("fastapi")
-        verdict = await self.core.check_async(self.view(request))
+        verdict = await self.core.check(self.view(request))
         ledger: RequestLedger | None = request.scope.get(LEDGER)
         if not verdict.allowed:
             if ledger is not None:  # what the middleware (or another dependency) charged is given back
-                await ledger.refuse_async()
+                await ledger.refuse()
             _register_handler(request)
             raise RateLimited(verdict)
         if ledger is not None:
@@ -145,7 +147,7 @@ class RateLimit:
         finally:
             # a refusal further in gave this verdict's charges back already
             if verdict.charges and not ledger.refused:
-                await self.core.finish_async(verdict, status)
+                await self.core.finish(verdict, status)
 
     def view(self, request: Request) -> RequestView:
         """The core's view of ``request`` (what the key and cost callables see as ``native``)."""

@@ -7,8 +7,8 @@
     app.wsgi_app = WSGIRateLimitMiddleware(app.wsgi_app, rules="rules.yaml", store="redis://cache:6379/0")
 
 A plain WSGI callable around the app. Each request is decided by the shared core
-(``ratekeeper.web.core``; its options are taken here as keywords) with the blocking
-``Limiter``, before the app sees it:
+(``ratekeeper.web.core.RateLimitCore``; its options, ``ratekeeper.web.base``, are taken
+here as keywords) with the blocking ``Limiter``, before the app sees it:
 
 - denied: the app is not called; the client gets the core's 429 (problem+json body,
   ``Retry-After``, the rate-limit headers);
@@ -38,7 +38,8 @@ from types import TracebackType
 from typing import Any
 
 from ratekeeper.errors import RateKeeperError
-from ratekeeper.web.core import RateLimitCore, RequestView, Verdict
+from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["EnvironHeaders", "WSGIRateLimitMiddleware", "request_view"]
 
@@ -127,12 +128,12 @@ class WSGIRateLimitMiddleware:
 
     def __init__(self, app: WSGIApp, rules: Any, store: Any = "memory://", **options: Any) -> None:
         self.app = app
-        self.core = RateLimitCore(rules, store=store, asynchronous=False, **options)
+        self.core = RateLimitCore(rules, store=store, **options)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self.core.metrics is not None:
             self.core.metrics.request("wsgi")
-        verdict = self.core.check_sync(request_view(environ))
+        verdict = self.core.check(request_view(environ))
         if not verdict.allowed:
             return self._deny(verdict, start_response)
         if verdict.exempt or not (verdict.headers or verdict.charges):
@@ -167,7 +168,7 @@ class WSGIRateLimitMiddleware:
         # The response is on its way: a store that fails to take the refund must not turn
         # it into an error. The limiter's failure policy has already been applied.
         try:
-            self.core.finish_sync(verdict, status)
+            self.core.finish(verdict, status)
         except RateKeeperError:
             log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
 
@@ -184,7 +185,7 @@ class WSGIRateLimitMiddleware:
 
     def close(self) -> None:
         """Close the limiter's store (WSGI has no shutdown hook: call it from yours)."""
-        self.core.close_sync()
+        self.core.close()
 
 
 def _status_code(status: str) -> int:

@@ -1,0 +1,474 @@
+"""The request-to-decision core that every HTTP integration shares (ASGI, WSGI, Django, FastAPI).
+
+``BaseRateLimitCore`` (here) holds the options, the rules and the decision of a request;
+``AsyncRateLimitCore`` (``core_async.py``: ASGI, FastAPI, async Django) and
+``RateLimitCore`` (``core.py``, generated from it: WSGI, Flask, sync Django) run that
+decision with an ``AsyncLimiter`` or a ``Limiter``, as httpx's ``AsyncClient`` and
+``Client`` share a base. API (stable; integrations build on it)::
+
+    core = AsyncRateLimitCore(rules=..., store="memory://", **options)   # or RateLimitCore
+    view = RequestView(method="GET", path="/items/alice", host="api.example",
+                       headers={"x-api-key": "k1"}, query_string="a=1", peer="10.0.0.7",
+                       user=None, route=None, path_params={}, native=scope)
+    verdict = await core.check(view)               # RateLimitCore: core.check(view)
+    if not verdict.allowed:
+        send(verdict.status, verdict.headers, verdict.body)   # the 429 (or deny_response's)
+    else:
+        ... call the app, add verdict.headers to its response ...
+        await core.finish(verdict, status)         # refunds, lease releases
+
+``verdict.headers`` is a list of ``(name, value)`` str pairs: on a pass, the rate-limit
+headers to add to the app's response (empty when no enforced rule applied); on a denial,
+every header of the 429 including ``Content-Type`` and ``Retry-After``. ``finish`` must be
+called once per allowed verdict after the app answered (with 500 when the app raised); it
+does nothing for exempt or unlimited requests.
+
+Options (the same names in every integration):
+
+- ``rules``: a path to a native-form rules file (checked for changes every
+  ``reload_interval`` seconds, 1.0; a file that fails validation is refused and the old
+  rules stay), a ``RuleSet``, or a list of ``HttpRule`` / ``Rule`` (a bare ``Rule``
+  applies to every request, with one global key): ``ratekeeper.config.rules_from``.
+- ``store`` (URL or store object; default ``memory://``) or ``limiter`` (a ``Limiter`` for
+  sync integrations, an ``AsyncLimiter`` for async ones). ``on_error`` is the limiter's
+  failure policy for rules without their own (default ``"allow"``: a web site stays up
+  when its store is down; a rule's ``on_error: deny`` keeps e.g. login closed).
+- ``trusted_proxies`` (networks of the proxies in front of the app), ``forwarded_header``
+  (the one header they set: ``"x-forwarded-for"``, the default, or ``"forwarded"``),
+  ``trusted_hops`` (how many of them append to it, 1), ``ipv6_prefix`` (64): see
+  ``ratekeeper.web.client_ip``.
+- ``exempt_paths`` (path templates, ``/static/*``), ``exempt_methods``, ``exempt_keys``
+  (a mapping: a rule name to the keys of that rule that it does not limit, or a key
+  template such as ``"{client_ip}"`` to the values that exempt a request from every
+  rule), ``exempt_networks`` (client addresses), ``exempt`` (``callable(view) -> bool``).
+- ``user``: ``callable(view) -> str | None``, the ``{user}`` part (default: what the
+  integration found, e.g. ``REMOTE_USER`` or Starlette's ``scope["user"]``).
+- ``key``: ``callable(view, http_rule) -> str | None`` building every rule's key instead
+  of its template (None: the request lacks it, the rule is skipped).
+- ``cost``: an int for every rule, a key template (``"{header.x-cost}"``), a
+  ``callable(view, http_rule) -> int | None`` (None: the rule's own cost), or a mapping of
+  rule name to any of those (a callable there takes ``view`` only).
+- ``refund_statuses``: response statuses (e.g. ``range(500, 600)``) whose charges are given back.
+- ``shadow``: True (every rule) or rule names: decided but never refusing, never in
+  headers; charged only when the request is admitted (``ratekeeper.limiter.transaction``).
+- ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families;
+  ``x_ratelimit_reset``: ``"seconds"`` (from now, the default) or ``"epoch"`` (Unix
+  time) for ``X-RateLimit-Reset`` (``ratekeeper.web.headers``).
+- ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
+  the 429 (the rate-limit headers are still added unless switched off). Header names and
+  values may be ``str`` or ``bytes``; an answer that is not a valid response (a status
+  outside 100-599, a header with a line break) is logged and the standard 429 sent.
+- ``metrics``: a ``ratekeeper.metrics.Metrics`` (the limiter's observer; told skipped
+  rules, shadow rules and reloads here, and each request by the integration:
+  ``metrics.request("asgi")``).
+
+How one request is decided: the rules whose ``match`` fits, in order; each renders its key
+(a rule whose key cannot be built from the request is skipped and counted, never an error
+page; a key longer than a store accepts is bounded by ``ratekeeper.keys.bounded_key``; a
+cost template the request does not fill with ASCII digits charges ``MISSING_COST``, 1, so
+leaving the header out never dodges a rule); a rule's exempt key leaves that rule out;
+then the request's transaction (``ratekeeper.limiter.transaction``, the same as the
+service's): ONE all-or-nothing ``try_acquire_many`` for the enforced rules, and the shadow
+rules charged only when that admitted the request; a refused request charges nothing.
+The logic is written once as a generator (``check_flow``) that yields the calls to make;
+``check`` only runs them (``ratekeeper.limiter.drive_async``, the shape of ``ratekeeper.limiter.flows``).
+
+A request refused because the store is unreachable and a rule fails closed (``on_error:
+deny``) is answered 503 ``limiter-unavailable`` (``ratekeeper.web.problem``), not 429.
+
+Several checks of one request (the middleware, then a FastAPI dependency of the route)
+share a ``RequestLedger`` (``LEDGER``, in the ASGI scope): the response carries one set of
+rate-limit headers, for every rule that admitted it, written by the outermost check; and
+when an inner check refuses, what the outer ones charged is given back, so a refusal
+charges nothing anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
+from ratekeeper.config.native import load_rules
+from ratekeeper.config.sources import rules_from
+from ratekeeper.config.watcher import RulesWatcher
+from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.errors import ConfigurationError
+from ratekeeper.keys import bounded_key
+from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
+from ratekeeper.limiter.transaction import Entry, Outcome, Step, transaction
+from ratekeeper.web.client_ip import ClientAddress, Networks
+from ratekeeper.web.headers import HeaderOptions, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.options import (
+    MISSING_COST,
+    CostOption,
+    DenyResponse,
+    as_cost,
+    cost_option,
+    custom_denial,
+    log,
+    parse_exempt_keys,
+    strings,
+)
+from ratekeeper.web.problem import (
+    LIMITER_UNAVAILABLE_STATUS,
+    PROBLEM_CONTENT_TYPE,
+    problem_body,
+    unavailable_body,
+)
+from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
+
+if TYPE_CHECKING:
+    from ratekeeper.web.core_async import AsyncRateLimitCore
+
+__all__ = ["LEDGER", "BaseRateLimitCore", "CheckFlow", "RequestLedger", "WebMetrics"]
+
+CheckFlow = Generator[Step, Sequence[BatchDecision | Decision], Verdict]
+"""Yields the calls of the request's transaction (``ratekeeper.limiter.transaction``);
+receives their answers; returns the verdict."""
+
+L = TypeVar("L", Limiter, AsyncLimiter)
+
+
+class WebMetrics(Protocol):
+    """What the core tells a metrics object besides the limiter's observations; also
+    ``configured_rules(names, source)`` when it has one (``Metrics`` does): the rules that
+    get a label of their own."""
+
+    def shadow_rules(self, names: Iterable[str]) -> None: ...
+    def skipped(self, rule: str) -> None: ...
+    def reloaded(self, ok: bool) -> None: ...
+    def request(self, transport: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    enforced: tuple[tuple[HttpRule, str, int], ...]
+    shadow: tuple[tuple[HttpRule, str, int], ...]
+    skipped: tuple[str, ...]
+
+
+class BaseRateLimitCore(Generic[L]):
+    """What ``RateLimitCore`` and ``AsyncRateLimitCore`` share: the options, the rules, and
+    the decision of a request as a flow (``check_flow``) that each of them runs with its
+    kind of limiter (see the module docstring)."""
+
+    limiter_class: type[L]
+    """The limiter the subclass decides with: ``Limiter`` or ``AsyncLimiter``."""
+
+    def __init__(
+        self,
+        rules: Any,
+        *,
+        store: Any = "memory://",
+        limiter: L | None = None,
+        on_error: str = "allow",
+        trusted_proxies: Iterable[str] | str | None = None,
+        forwarded_header: str = "x-forwarded-for",
+        trusted_hops: int = 1,
+        ipv6_prefix: int = 64,
+        exempt_paths: Iterable[str] = (),
+        exempt_methods: Iterable[str] = (),
+        exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str] = (),
+        exempt_networks: Iterable[str] | str | None = None,
+        exempt: Callable[[RequestView], bool] | None = None,
+        user: Callable[[RequestView], str | None] | None = None,
+        key: Callable[[RequestView, HttpRule], str | None] | None = None,
+        cost: CostOption | Mapping[str, CostOption] | None = None,
+        refund_statuses: Collection[int] = (),
+        shadow: bool | Iterable[str] = False,
+        ratelimit_headers: bool = True,
+        x_ratelimit_headers: bool = True,
+        x_ratelimit_reset: str = "seconds",
+        deny_response: DenyResponse | None = None,
+        metrics: Any = None,
+        reload_interval: float = 1.0,
+    ) -> None:
+        try:
+            self.header_options = HeaderOptions(ratelimit_headers, x_ratelimit_headers, x_ratelimit_reset)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
+        self.metrics = metrics
+        # Optional on a metrics object (``Metrics`` has it): looked up once, not per request.
+        self._decision_time: Callable[[float, bool], None] | None = getattr(metrics, "decision_time", None)
+        self.owns_limiter = limiter is None  # close only a limiter made here
+        kind = self.limiter_class
+        if limiter is None:
+            limiter = kind(store, on_error=on_error, observer=metrics)
+        elif not isinstance(limiter, kind):
+            raise ConfigurationError(
+                f"{type(self).__name__} decides with a {kind.__name__}: pass one as limiter=, "
+                f"not a {type(limiter).__name__} (asynchronous integrations take an AsyncLimiter)"
+            )
+        self.limiter: L = limiter
+        self.client = ClientAddress(
+            Networks(trusted_proxies, what="trusted_proxies"), ipv6_prefix, forwarded_header, trusted_hops
+        )
+        self.exempt_paths = tuple(PathTemplate.parse(p) for p in strings(exempt_paths, "exempt_paths"))
+        self.exempt_methods = frozenset(m.upper() for m in strings(exempt_methods, "exempt_methods"))
+        self.exempt_keys, self.exempt_parts = parse_exempt_keys(exempt_keys)
+        self.exempt_networks = Networks(exempt_networks, what="exempt_networks")
+        self.exempt = exempt
+        self.user = user
+        self.key = key
+        self.cost = cost_option(cost)
+        self.refund_statuses = frozenset(refund_statuses)
+        self.shadow_all = shadow is True
+        self.shadow_names = frozenset() if isinstance(shadow, bool) else frozenset(strings(shadow, "shadow"))
+        self.ratelimit_headers = ratelimit_headers
+        self.x_ratelimit_headers = x_ratelimit_headers
+        self.deny_response = deny_response
+        self._source = _RulesSource(rules, metrics, reload_interval)
+        self._reported: RuleSet | None = None
+        self._report_rules(self._source.current())
+        unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
+        if unknown:
+            log.warning("ratekeeper: exempt_keys names rules that are not in the rules: %s", ", ".join(sorted(unknown)))
+
+    # -- the rules ------------------------------------------------------------------
+
+    @property
+    def rules(self) -> RuleSet:
+        """The rules in force (the latest valid version of a rules file)."""
+        ruleset = self._source.current()
+        if ruleset is not self._reported:
+            self._report_rules(ruleset)
+        return ruleset
+
+    def _is_shadow(self, rule: HttpRule) -> bool:
+        return self.shadow_all or rule.shadow or rule.name in self.shadow_names
+
+    def _report_rules(self, ruleset: RuleSet) -> None:
+        """Tell the metrics which rules are in force (only they get a label of their own)
+        and which of them are in shadow mode."""
+        self._reported = ruleset
+        if self.metrics is None:
+            return
+        configured = getattr(self.metrics, "configured_rules", None)  # optional: older metrics objects lack it
+        if configured is not None:
+            configured([r.name for r in ruleset], source=f"web-{id(self)}")
+        self.metrics.shadow_rules(sorted(r.name for r in ruleset if self._is_shadow(r)))
+
+    # -- one request ----------------------------------------------------------------
+
+    def check_flow(self, view: RequestView) -> CheckFlow:
+        """The decision for ``view`` as a flow (see ``CheckFlow``)."""
+        prepared = self._prepare(view)
+        if prepared is None:
+            return EXEMPT
+        if not prepared.enforced and not prepared.shadow:
+            return Verdict(True, skipped=prepared.skipped) if prepared.skipped else PASS
+        entries = [Entry(r.rule, key, cost) for r, key, cost in prepared.enforced]
+        entries += [Entry(r.rule, key, cost, shadow=True) for r, key, cost in prepared.shadow]
+        outcome = yield from transaction(entries)
+        return self._verdict(prepared, outcome)
+
+    def _timed(self, start: float, verdict: Verdict) -> None:
+        """Report the decision's time to the metrics (``decision_time``, optional like
+        ``configured_rules``); a request no rule limited never reached the limiter."""
+        timed = self._decision_time
+        if timed is not None and verdict is not EXEMPT and verdict is not PASS:
+            timed(perf_counter() - start, verdict.allowed)
+
+    def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
+        """One set of rate-limit headers for a request admitted by several checks (the
+        middleware's and a dependency's): every enforced rule of them, the tightest first."""
+        enforced = [pair for v in verdicts for pair in v.enforced]
+        return rate_limit_headers(enforced, allowed=True, options=self.header_options)
+
+    def releases(self, verdict: Verdict, status: int) -> list[Charge]:
+        """What ``finish`` gives back once the app answered ``status``: every charge when the
+        status is in ``refund_statuses``, else only the concurrency leases (held for the request)."""
+        if status in self.refund_statuses:
+            return list(verdict.charges)
+        return [c for c in verdict.charges if c.lease_id is not None]
+
+    # -- the pure parts ---------------------------------------------------------------
+
+    def _prepare(self, view: RequestView) -> _Prepared | None:
+        """The rules, keys and costs for ``view``; None when the request is exempt."""
+        method = view.method.upper()
+        if method in self.exempt_methods:
+            return None
+        if any(t.match(view.path) is not None for t in self.exempt_paths):
+            return None
+        lookup = _Lookup(self, view)
+        if self.exempt_networks and lookup.client_address() in self.exempt_networks:
+            return None
+        if self.exempt is not None and self.exempt(view):
+            return None
+        for template, values in self.exempt_parts:
+            if template.render(lookup) in values:
+                return None
+        enforced: list[tuple[HttpRule, str, int]] = []
+        shadow: list[tuple[HttpRule, str, int]] = []
+        skipped: list[str] = []
+        exempted = False
+        for rule in self.rules:
+            params = rule.match.match(method, view.path, view.host)
+            if params is None:
+                continue
+            lookup.rule_params = params
+            key = rule.key.render(lookup) if self.key is None else self.key(view, rule)
+            cost = None if key is None else self._cost(rule, view, lookup)
+            if key is None or cost is None:
+                skipped.append(rule.name)
+                if self.metrics is not None:
+                    self.metrics.skipped(rule.name)
+                continue
+            exempt_keys = self.exempt_keys.get(rule.name)
+            if exempt_keys is not None and key in exempt_keys:
+                exempted = True
+                continue
+            (shadow if self._is_shadow(rule) else enforced).append((rule, bounded_key(key), cost))
+        if exempted and not enforced and not shadow:
+            return None
+        return _Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
+
+    def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
+        """The rule's cost for this request; None when it cannot be read from it."""
+        option: Any = self.cost
+        if isinstance(option, Mapping):
+            option = option.get(rule.name)
+            if callable(option) and not isinstance(option, KeyTemplate):
+                return as_cost(option(view))
+        elif callable(option) and not isinstance(option, KeyTemplate):
+            value = option(view, rule)
+            if value is not None:
+                return as_cost(value)
+            option = None
+        chosen = rule.cost if option is None else option
+        if isinstance(chosen, KeyTemplate):
+            # A cost the request does not state (or states wrongly) is charged as 1: skipping
+            # the rule would let a client dodge it by leaving the header out.
+            cost = as_cost(chosen.render(lookup))
+            return MISSING_COST if cost is None else cost
+        return as_cost(chosen)
+
+    def _verdict(self, prepared: _Prepared, outcome: Outcome) -> Verdict:
+        n = len(prepared.enforced)
+        decisions = outcome.decisions[:n]
+        shadow = outcome.decisions[n:]
+        rules = tuple(entry.rule for entry in outcome.entries[:n])
+        charges = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
+        allowed = outcome.allowed
+        headers = rate_limit_headers(
+            [(e.rule, d) for e, d in outcome.enforced], allowed=allowed, options=self.header_options
+        )
+        if allowed:
+            return Verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules=rules)
+        denied = tuple(d for d in decisions if not d.allowed)
+        custom = None if self.deny_response is None else custom_denial(self.deny_response, denied)
+        if custom is not None:
+            status, extra, data = custom
+            # the caller's answer says itself when to retry (or not)
+            headers = [h for h in headers if h[0] != "Retry-After"] + extra
+        else:
+            headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
+            retry = retry_after_seconds(denied)
+            if any(d.fallback == "deny" for d in denied):
+                status, data = LIMITER_UNAVAILABLE_STATUS, unavailable_body(denied, retry)
+            else:
+                status, data = 429, problem_body(denied, retry)
+        return Verdict(False, tuple(headers), status, data, decisions, shadow, charges, prepared.skipped, rules=rules)
+
+    def needs_finish(self, verdict: Verdict) -> bool:
+        """Whether ``finish`` has anything to do for ``verdict`` (refunds configured, or leases held)."""
+        if not verdict.charges:
+            return False
+        return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
+
+
+LEDGER = "ratekeeper.ledger"
+"""The ASGI scope key of a request's ``RequestLedger``."""
+
+
+@dataclass(slots=True)
+class RequestLedger:
+    """The checks of one request so far, outermost first: ``admitted`` (the core and its
+    verdict) and whether an inner check refused it (see the module docstring)."""
+
+    admitted: list[tuple[AsyncRateLimitCore, Verdict]] = field(default_factory=list)
+    refused: bool = False
+
+    async def refuse(self) -> None:
+        """An inner check refused the request: give back what the outer ones charged."""
+        self.refused = True
+        admitted, self.admitted = self.admitted, []
+        for core, verdict in admitted:
+            await core.give_back(verdict.charges)
+
+    def verdicts(self) -> list[Verdict]:
+        return [verdict for _, verdict in self.admitted]
+
+
+class _Lookup:
+    """The ``PartLookup`` of one request: the key templates' view of it."""
+
+    __slots__ = ("_client", "_client_key", "core", "rule_params", "view")
+
+    def __init__(self, core: BaseRateLimitCore[Any], view: RequestView) -> None:
+        self.core = core
+        self.view = view
+        self.rule_params: Mapping[str, str] = {}
+        self._client: Any = None
+        self._client_key: str | None = None
+
+    def _resolve_client(self) -> None:
+        if self._client is None:
+            v = self.view
+            client = self.core.client
+            address, key = client.resolve(v.peer, lambda: v.header(client.forwarded_header))
+            self._client = (address,)
+            self._client_key = key
+
+    def client_address(self) -> Any:
+        self._resolve_client()
+        return self._client[0]
+
+    def __call__(self, part: str, name: str | None) -> str | None:
+        view = self.view
+        if part == "client_ip":
+            self._resolve_client()
+            return self._client_key
+        if part == "header":
+            return view.header(name or "")
+        if part == "path":
+            value = self.rule_params.get(name or "")
+            return value if value is not None else view.resolved_path_params().get(name or "")
+        if part == "query":
+            return view.query(name or "")
+        if part == "user":
+            if self.core.user is not None:
+                return self.core.user(view)
+            return view.resolved_user()
+        if part == "method":
+            return view.method.upper()
+        if part == "route":
+            return view.resolved_route()
+        if part == "host":
+            return None if view.host is None else view.host.split(":", 1)[0].lower()
+        return None
+
+
+class _RulesSource:
+    """The rules in force: fixed ones given in code, or a file's through its watcher."""
+
+    def __init__(self, rules: Any, metrics: Any, interval: float) -> None:
+        self._fixed: RuleSet | None = None
+        self._watcher: RulesWatcher[RuleSet] | None = None
+        if isinstance(rules, str | os.PathLike):
+            on_reload = None if metrics is None else (lambda ok, _error: metrics.reloaded(ok))
+            self._watcher = RulesWatcher(rules, loader=load_rules, interval=interval, on_reload=on_reload)
+        else:
+            self._fixed = rules_from(rules)
+
+    def current(self) -> RuleSet:
+        if self._fixed is not None:
+            return self._fixed
+        assert self._watcher is not None
+        return self._watcher.current

@@ -1,0 +1,46 @@
+"""``AsyncRateLimitCore``: the web core of the asyncio integrations (ASGI, FastAPI, async
+Django), deciding with an ``AsyncLimiter`` (options and API: ``ratekeeper.web.base``).
+
+This module is the source of ``core.py`` (``RateLimitCore``, with a ``Limiter``, for
+WSGI, Flask and sync Django): ``tools/unasync.py`` writes it, and a test fails when the
+two differ. Edit this one, then run ``python tools/unasync.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from time import perf_counter
+
+from ratekeeper.limiter.drive_async import drive
+from ratekeeper.limiter.limiter_async import AsyncLimiter
+from ratekeeper.web.base import BaseRateLimitCore
+from ratekeeper.web.request import Charge, RequestView, Verdict
+
+__all__ = ["AsyncRateLimitCore", "RequestView", "Verdict"]
+
+
+class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
+    """Decides requests for one integration instance (see ``ratekeeper.web.base``)."""
+
+    limiter_class = AsyncLimiter
+
+    async def check(self, view: RequestView) -> Verdict:
+        """Decide ``view``: its transaction, run by the limiter (``check_flow``)."""
+        start = perf_counter()
+        verdict = await drive(self.limiter, self.check_flow(view))
+        self._timed(start, verdict)
+        return verdict
+
+    async def finish(self, verdict: Verdict, status: int) -> None:
+        """After the app answered ``status``: give back what ``releases`` says."""
+        await self.give_back(self.releases(verdict, status))
+
+    async def give_back(self, charges: Iterable[Charge]) -> None:
+        """Refund ``charges`` (or release their leases)."""
+        for c in charges:
+            await self.limiter.refund(c.rule, c.key, c.cost, lease_id=c.lease_id)
+
+    async def aclose(self) -> None:
+        """Close the store of a limiter made from ``store=`` (one given as ``limiter=`` is the caller's)."""
+        if self.owns_limiter:
+            await self.limiter.aclose()
