@@ -288,7 +288,7 @@ def test_postgres_callers_queued_behind_a_statement_held_by_a_row_lock_get_store
     in_flight = threading.Event()
     in_flight_async: list[asyncio.Event] = []  # made inside the loop
     sent: list[int] = []
-    real = store._execute
+    real = store.shell.execute
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         sent.append(1)
@@ -323,7 +323,7 @@ def test_postgres_callers_queued_behind_a_statement_held_by_a_row_lock_get_store
     async def main() -> None:
         first = store.decide(decide(key), NOW)
         assert (await first if asynchronous else first).allowed  # the row exists
-        store._execute = counted_async if asynchronous else counted
+        store.shell.execute = counted_async if asynchronous else counted
         with psycopg.connect(POSTGRES_URL, connect_timeout=5) as locker:
             locker.execute(f"SELECT 1 FROM {place}.state WHERE key = %s FOR UPDATE", (storage_key,))
             try:

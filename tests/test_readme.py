@@ -16,7 +16,7 @@ from typing import Any
 
 from ratekeeper import Limiter
 from ratekeeper.limiter.breaker import CircuitBreaker
-from ratekeeper.stores.postgres.sansio import PostgresOptions
+from ratekeeper.stores.postgres.options import PostgresOptions
 from ratekeeper.stores.redis.planner import RedisPlanner
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()

@@ -59,6 +59,16 @@ _REDIS = {
 }
 """The Redis store's renames: its drivers (``driver_asyncio`` -> ``driver_threads``) and clients."""
 
+_POSTGRES = {
+    "AsyncPostgresStore": "PostgresStore",
+    "AsyncPostgresShell": "PostgresShell",
+    "shell_async": "shell",
+    "driver_asyncio": "driver_threads",
+    "AsyncConnectionPool": "ConnectionPool",
+    "AsyncConnection": "Connection",
+}
+"""The PostgreSQL store's renames: its drivers (``driver_asyncio`` -> ``driver_threads``) and psycopg's classes."""
+
 # (asyncio source, blocking target, the target's docstring's first line, the pair's renames)
 PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
     (
@@ -104,10 +114,17 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         _REDIS,
     ),
     (
-        PACKAGE / "stores" / "postgres" / "calls_async.py",
-        PACKAGE / "stores" / "postgres" / "calls.py",
-        "What the blocking PostgreSQL store runs and how: connections, statements, the schema, errors.",
-        {"AsyncPostgresCalls": "PostgresCalls"},
+        PACKAGE / "stores" / "postgres" / "shell_async.py",
+        PACKAGE / "stores" / "postgres" / "shell.py",
+        "How the blocking PostgreSQL store sends what ``PostgresPlanner`` plans: the pool, the kept\n"
+        "connection, prepared statements, the warm-up, the client-side deadline, the migration.",
+        _POSTGRES,
+    ),
+    (
+        PACKAGE / "stores" / "postgres" / "store_async.py",
+        PACKAGE / "stores" / "postgres" / "store.py",
+        "``PostgresStore``: the PostgreSQL store for ``Limiter`` (a planner and a shell; see ``store_async.py``).",
+        _POSTGRES,
     ),
     (
         PACKAGE / "stores" / "service" / "calls_async.py",

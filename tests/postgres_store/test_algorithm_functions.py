@@ -24,7 +24,8 @@ import pytest
 from ratekeeper.algorithms import ALGORITHMS
 from ratekeeper.algorithms.base import UNBOUNDED_WAIT, Plan
 from ratekeeper.limit import Limit
-from ratekeeper.stores.postgres.sansio import MAX_COST, migration_sql
+from ratekeeper.stores.postgres.planner import MAX_COST
+from ratekeeper.stores.postgres.schema import migration_sql
 
 from .conftest import PG_URL, drop_schema
 

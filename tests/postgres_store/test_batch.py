@@ -6,7 +6,8 @@ from __future__ import annotations
 from ratekeeper import Rule
 from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, row, store_down, translate
+from ratekeeper.stores.postgres.errors import store_down, translate
+from ratekeeper.stores.postgres.planner import MAX_BATCH, row
 
 PLAN = Rule("batch", ["5/s"]).plan
 
@@ -16,7 +17,7 @@ def op(key: str) -> wire.Op:
 
 
 def batch(max_in_flight: int) -> Coalescer[wire.Op, str]:
-    """The PostgreSQL store's queue: rows from ``sansio.row``, one statement per row at a time."""
+    """The PostgreSQL store's queue: rows from ``planner.row``, one statement per row at a time."""
     return Coalescer(max_in_flight, MAX_BATCH, row, one_call_per_row=True)
 
 

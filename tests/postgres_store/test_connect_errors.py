@@ -55,7 +55,7 @@ def test_a_blocking_store_that_cannot_connect_says_why_at_once(url: str, reason:
                 assert time.monotonic() - started < PROMPT
                 assert type(caught.value) is StoreError  # an error, not a timeout
                 assert "could not connect to PostgreSQL" in str(caught.value)
-            assert store.pool.closed is final  # retries stop only when they cannot help
+            assert store.shell.pool.closed is final  # retries stop only when they cannot help
     finally:
         store.close()
 
@@ -71,7 +71,7 @@ def test_an_asyncio_store_that_cannot_connect_says_why_at_once(url: str, reason:
                 await limiter.try_acquire(RULE, "k")
             assert time.monotonic() - started < PROMPT
             assert type(caught.value) is StoreError
-            assert store.pool.closed is final
+            assert store.shell.pool.closed is final
         finally:
             await limiter.aclose()
 

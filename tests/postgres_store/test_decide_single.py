@@ -2,7 +2,7 @@
 and stores exactly as the general one (``<table>_decide``).
 
 Differential: random sequences of lone ops for every algorithm run in two schemas, one
-through the single path (what ``PostgresCore.call`` sends for a lone decide or peek) and
+through the single path (what ``PostgresPlanner.plan`` sends for a lone decide or peek) and
 one through the general function with the very same request, in one statement; the
 replies, the stored rows (state, leases) and a sliding log's segments must be equal after
 every op, each decision equal to the reference's, and ``expires_at`` must follow the
@@ -25,7 +25,8 @@ from ratekeeper.limit import Limit
 from ratekeeper.op import Op
 from ratekeeper.rule import Rule
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres.sansio import PostgresCore, migration_sql
+from ratekeeper.stores.postgres.planner import PostgresPlanner
+from ratekeeper.stores.postgres.schema import migration_sql
 
 from .conftest import PG_URL, drop_schema
 from .traces import ALGORITHMS, BURSTY, Model, random_rule
@@ -82,7 +83,7 @@ def walls(conn: psycopg.Connection[Any], sql: str, params: tuple[Any, ...]) -> t
 
 
 def single_request(op: wire.Op, now: int | None, atomic: bool) -> str:
-    """The request of a lone op as ``PostgresCore.call`` writes it for ``<table>_decide_single``
+    """The request of a lone op as ``PostgresPlanner.plan`` writes it for ``<table>_decide_single``
     (for the one-limit GCRA ops that it sends to ``<table>_gcra_one``; no lease, no huge cost)."""
     args = wire.encode_one(op, "", now)[1]
     args[1] = "1" if atomic else "0"
@@ -151,17 +152,17 @@ def differential(schemas: tuple[str, str], ops: Iterator[tuple[int, bool, wire.O
     """Run ``ops`` through both paths (see the module docstring), checking after every op;
     (rows the single path wrote, the most sliding-log segments held at once)."""
     single, general = schemas
-    core = PostgresCore(f"{PG_URL}?schema={single}")
+    planner = PostgresPlanner(f"{PG_URL}?schema={single}")
     model = Model()
     written = sealed = 0
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         for i, (now, atomic, op) in enumerate(ops):
             plan = op[1]
             before = {name: rows(conn, name) for name in schemas}
-            sql, (skey, request) = core.call([op], now, atomic)
+            sql, (skey, request) = planner.plan([op], now, atomic)
             label = f"op {i} at now={now} atomic={atomic}: {op}"
             if op[0] == wire.REFUND:
-                assert sql == core.decide_one_sql
+                assert sql == planner.decide_one_sql
                 walls(
                     conn,
                     f"{single}.state_decide(ARRAY[%s], %s), {general}.state_decide(ARRAY[%s], %s)",
@@ -170,10 +171,10 @@ def differential(schemas: tuple[str, str], ops: Iterator[tuple[int, bool, wire.O
                 model.run(now, atomic, [op])  # the model's states follow the refund
             else:
                 if plan.algorithm.name == "gcra" and len(plan.limits) == 1:
-                    assert sql == core.gcra_one_sql  # its own fast path: compare decide_single anyway
+                    assert sql == planner.gcra_one_sql  # its own fast path: compare decide_single anyway
                     request = single_request(op, now, atomic)
                 else:
-                    assert sql == core.decide_single_sql
+                    assert sql == planner.decide_single_sql
                 lo, got, want, hi = walls(
                     conn,
                     f"{single}.state_decide_single(%s, %s), {general}.state_decide(ARRAY[%s], %s)",
@@ -215,25 +216,31 @@ def test_single_path_keeps_a_long_sliding_log_as_the_general_path(schemas: tuple
 
 
 def test_lone_decides_and_peeks_take_the_single_path() -> None:
-    core = PostgresCore(f"{PG_URL}?schema=rk_routing&prefix=p:")
+    planner = PostgresPlanner(f"{PG_URL}?schema=rk_routing&prefix=p:")
     plan = Rule("tb", ["5/s", "20/min"], "token_bucket").plan
     gcra_one = Rule("g", ["5/s"], "gcra").plan
     gcra_two = Rule("g2", ["5/s", "20/min"], "gcra").plan
     leases = Rule("c", ["3/min"], "concurrency").plan
     key = wire.storage_key("p:", plan, "k")
-    assert core.call([Op.decide(plan, "k", 2)], 7) == (core.decide_single_sql, (key, "7,0,1,d,1," + tb(plan) + ",2,,"))
-    assert core.call([Op.peek(plan, "k", 1)], None) == (core.decide_single_sql, (key, ",0,1,p,1," + tb(plan) + ",1,,"))
-    assert core.call([Op.decide(plan, "k", 2)], 7, atomic=True)[1] == (key, "7,1,1,d,1," + tb(plan) + ",2,,")
-    assert core.call([Op.decide(plan, "k", 1 << 70)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},{1 << 62},,"
-    assert core.call([(wire.DECIDE, plan, "k", 1, 500, None)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},1,500,"
+    assert planner.plan([Op.decide(plan, "k", 2)], 7) == (
+        planner.decide_single_sql,
+        (key, "7,0,1,d,1," + tb(plan) + ",2,,"),
+    )
+    assert planner.plan([Op.peek(plan, "k", 1)], None) == (
+        planner.decide_single_sql,
+        (key, ",0,1,p,1," + tb(plan) + ",1,,"),
+    )
+    assert planner.plan([Op.decide(plan, "k", 2)], 7, atomic=True)[1] == (key, "7,1,1,d,1," + tb(plan) + ",2,,")
+    assert planner.plan([Op.decide(plan, "k", 1 << 70)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},{1 << 62},,"
+    assert planner.plan([(wire.DECIDE, plan, "k", 1, 500, None)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},1,500,"
     lease_op: wire.Op = (wire.DECIDE, leases, "k", 1, None, "a,b%c")
-    assert core.call([lease_op], 7)[1][1].endswith(",1,,a%2Cb%25c")  # as the general path escapes it
-    assert core.call([Op.decide(gcra_one, "k", 1)], 7)[0] == core.gcra_one_sql
-    assert core.call([Op.decide(gcra_two, "k", 1)], 7)[0] == core.decide_single_sql
-    assert core.call([(wire.REFUND, plan, "k", 1, None, None)], 7)[0] == core.decide_one_sql
-    assert core.call([Op.decide(plan, "k", 1), Op.decide(plan, "k", 1)], 7)[0] == core.decide_one_sql
-    assert core.call([Op.decide(plan, "k", 1), Op.decide(plan, "j", 1)], 7)[0] == core.decide_sql
-    assert core.decide_single_sql in core.prepared  # the sync shell runs it through libpq directly
+    assert planner.plan([lease_op], 7)[1][1].endswith(",1,,a%2Cb%25c")  # as the general path escapes it
+    assert planner.plan([Op.decide(gcra_one, "k", 1)], 7)[0] == planner.gcra_one_sql
+    assert planner.plan([Op.decide(gcra_two, "k", 1)], 7)[0] == planner.decide_single_sql
+    assert planner.plan([(wire.REFUND, plan, "k", 1, None, None)], 7)[0] == planner.decide_one_sql
+    assert planner.plan([Op.decide(plan, "k", 1), Op.decide(plan, "k", 1)], 7)[0] == planner.decide_one_sql
+    assert planner.plan([Op.decide(plan, "k", 1), Op.decide(plan, "j", 1)], 7)[0] == planner.decide_sql
+    assert planner.decide_single_sql in planner.prepared  # the shells run it by name
 
 
 def tb(plan: Any) -> str:
@@ -249,11 +256,11 @@ def test_a_call_that_loses_the_race_to_create_a_row_decides_on_the_winners_row(
     transaction; when that commits, the second decides again on the row it created (the
     limit of 1 is used: refused); when it rolls back, the second creates the row."""
     single, _ = schemas
-    core = PostgresCore(f"{PG_URL}?schema={single}")
+    planner = PostgresPlanner(f"{PG_URL}?schema={single}")
     plan = Rule("race", ["1/hour"], "fixed_window").plan
     now = 1_750_000_000_000_000
-    sql, params = core.call([Op.decide(plan, "k", 1)], now)
-    assert sql == core.decide_single_sql
+    sql, params = planner.plan([Op.decide(plan, "k", 1)], now)
+    assert sql == planner.decide_single_sql
     replies: list[Any] = []
     with psycopg.connect(PG_URL) as first, psycopg.connect(PG_URL, autocommit=True) as second:
         assert first.execute(sql, params).fetchone() == ([1, -1, 0, 0, 0, 3_600_000_000 - now % 3_600_000_000],)
@@ -277,13 +284,13 @@ def test_the_store_clock_decides_and_sets_expires_at_as_the_general_path(schemas
     """now = "" (the server's clock, read after the lock): a token bucket's row lives until
     its whole time plus a second, stepped as the general function steps it."""
     single, general = schemas
-    core = PostgresCore(f"{PG_URL}?schema={single}")
+    planner = PostgresPlanner(f"{PG_URL}?schema={single}")
     plan = Rule("clock", ["10/s"], "token_bucket").plan
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         for cost in (3, 1, 4):
             before = {name: rows(conn, name).get(wire.storage_key("", plan, "k")) for name in schemas}
-            sql, (skey, request) = core.call([Op.decide(plan, "k", cost)], None)
-            assert sql == core.decide_single_sql
+            sql, (skey, request) = planner.plan([Op.decide(plan, "k", cost)], None)
+            assert sql == planner.decide_single_sql
             lo, got, want, hi = walls(
                 conn,
                 f"{single}.state_decide_single(%s, %s), {general}.state_decide(ARRAY[%s], %s)",

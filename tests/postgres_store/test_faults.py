@@ -126,7 +126,7 @@ def test_a_decision_blocked_by_a_lock_ends_at_the_statement_timeout_and_the_poli
     server = fresh_postgres_server
     limiter, store = limiter_on(server, key_prefix, "deny")
     assert limiter.try_acquire(LOGIN, "user-1")  # installs the schema
-    table = f"{store.core.options.schema}.{store.core.options.table}"
+    table = f"{store.planner.options.schema}.{store.planner.options.table}"
 
     with psycopg.connect(server.url) as blocker:
         blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
@@ -149,7 +149,7 @@ def test_under_raise_the_caller_sees_store_errors_only_and_each_in_time(
     server = fresh_postgres_server
     limiter, store = limiter_on(server, key_prefix, "raise", failures=2)
     limiter.try_acquire(RULE, "k")
-    table = f"{store.core.options.schema}.{store.core.options.table}"
+    table = f"{store.planner.options.schema}.{store.planner.options.table}"
     with psycopg.connect(server.url) as blocker:
         blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         start = time.monotonic()
@@ -219,7 +219,7 @@ def test_async_limiter_through_a_stop_a_lock_and_a_start(
         healthy, _ = await timed_batch(RULE, 10)
         assert {None} == {d.fallback for d in healthy}
 
-        table = f"{store.core.options.schema}.{store.core.options.table}"
+        table = f"{store.planner.options.schema}.{store.planner.options.table}"
         blocker = await psycopg.AsyncConnection.connect(server.url)
         await blocker.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
         decisions, slowest = await timed_batch(RULE, 20)

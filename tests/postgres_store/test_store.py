@@ -14,7 +14,8 @@ from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.errors import ConfigurationError, StoreError, StoreTimeout
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
-from ratekeeper.stores.postgres.sansio import PostgresOptions, migration_sql
+from ratekeeper.stores.postgres.options import PostgresOptions
+from ratekeeper.stores.postgres.schema import migration_sql
 from ratekeeper.stores.postgres.store import PostgresStore
 from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 from ratekeeper.stores.url import open_async_store, open_store
@@ -240,13 +241,13 @@ def test_try_acquire_many_is_one_statement_and_all_or_nothing(pg_url: str) -> No
     with Limiter(pg_url) as limiter:
         limiter.store.migrate()  # type: ignore[attr-defined]
         statements: list[str] = []
-        execute = limiter.store._execute  # type: ignore[attr-defined]
+        execute = limiter.store.shell.execute  # type: ignore[attr-defined]
 
         def counting(sql: str, params: object, what: str, *rest: object) -> object:
             statements.append(sql)
             return execute(sql, params, what, *rest)
 
-        limiter.store._execute = counting  # type: ignore[attr-defined]
+        limiter.store.shell.execute = counting  # type: ignore[attr-defined]
         assert limiter.try_acquire_many([(per_user, "u1"), (per_ip, "10.0.0.1")])
         refused = limiter.try_acquire_many([(per_ip, "10.0.0.1"), (per_user, "u1")])
         assert not refused
@@ -260,7 +261,7 @@ def test_concurrent_calls_coalesce_into_fewer_statements_with_serial_decisions(p
     with Limiter(pg_url, max_in_flight=1) as limiter:
         limiter.try_acquire(rule, "warm-up", 0)
         statements = 0
-        execute = limiter.store._execute  # type: ignore[attr-defined]
+        execute = limiter.store.shell.execute  # type: ignore[attr-defined]
         lock = threading.Lock()
 
         def counting(sql: str, params: object, what: str, *rest: object) -> object:
@@ -269,7 +270,7 @@ def test_concurrent_calls_coalesce_into_fewer_statements_with_serial_decisions(p
                 statements += 1
             return execute(sql, params, what, *rest)
 
-        limiter.store._execute = counting  # type: ignore[attr-defined]
+        limiter.store.shell.execute = counting  # type: ignore[attr-defined]
         results: list[bool] = []
 
         def worker() -> None:
@@ -434,13 +435,13 @@ def test_a_lone_one_limit_gcra_call_runs_the_fast_function_other_lone_calls_the_
     """GCRA's own fast function, ``<table>_decide_single`` for the other lone decides and
     peeks, ``<table>_decide`` for refunds (and calls of several ops)."""
     statements: list[str] = []
-    execute = store._execute
+    execute = store.shell.execute
 
     def counting(sql: str, params: object, what: str, *rest: object) -> object:
         statements.append(sql.split("(", maxsplit=1)[0].rsplit("_", 1)[-1])
         return execute(sql, params, what, *rest)  # type: ignore[arg-type]
 
-    store._execute = counting  # type: ignore[method-assign]
+    store.shell.execute = counting  # type: ignore[method-assign]
     one = Rule("one", ["2/minute"]).plan
     two = Rule("two", ["2/minute", "10/hour"]).plan
     window = Rule("window", ["2/minute"], "fixed_window").plan
@@ -494,7 +495,7 @@ def test_migrate_finds_a_connection_while_the_store_keeps_every_one(pg_url: str)
 def _decide_in_child(store: PostgresStore, plan: object, out: object) -> None:
     try:
         decision = store.decide(Op.decide(plan, "k", 1))  # type: ignore[arg-type]
-        pid = store._execute("SELECT pg_backend_pid()", (), "a check")[0]
+        pid = store.shell.execute("SELECT pg_backend_pid()", (), "a check")[0]
         out.put((decision.allowed, pid))  # type: ignore[attr-defined]
     except BaseException as exc:  # noqa: BLE001 - the parent reports it
         out.put((None, repr(exc)))  # type: ignore[attr-defined]
@@ -509,7 +510,7 @@ def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_session
     plan = Rule("forked", ["3/minute"]).plan
     with PostgresStore(pg_url, batching=False) as store:
         assert store.decide(Op.decide(plan, "k", 1)).allowed
-        parent_pid = store._execute("SELECT pg_backend_pid()", (), "a check")[0]
+        parent_pid = store.shell.execute("SELECT pg_backend_pid()", (), "a check")[0]
         ctx = multiprocessing.get_context("fork")
         out = ctx.Queue()
         child = ctx.Process(target=_decide_in_child, args=(store, plan, out))
@@ -520,7 +521,7 @@ def test_a_forked_child_opens_its_own_connections_and_leaves_the_parents_session
         assert allowed is True, child_pid
         assert child_pid != parent_pid
         assert store.decide(Op.decide(plan, "k", 1)).allowed  # the third of 3: the child's charge counted
-        assert store._execute("SELECT pg_backend_pid()", (), "a check")[0] == parent_pid
+        assert store.shell.execute("SELECT pg_backend_pid()", (), "a check")[0] == parent_pid
         assert not store.decide(Op.decide(plan, "k", 1)).allowed
 
 

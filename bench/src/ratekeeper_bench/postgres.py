@@ -260,7 +260,7 @@ def measure_log(settings: Settings, schema: str, length: int) -> LogCell:
         total_ms = 0.0
         with _admin(settings.url) as conn:
             for _ in range(LOG_EXPLAINS):
-                sql, params = store.core.call([op], next(clock))
+                sql, params = store.planner.plan([op], next(clock))
                 plan_json = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0]
                 total_ms += float(plan_json[0]["Execution Time"])
             size = 0

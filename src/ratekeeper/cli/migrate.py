@@ -28,7 +28,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
-    from ratekeeper.stores.postgres.sansio import POSTGRES_SCHEMES, PostgresOptions, migration_sql
+    from ratekeeper.stores.postgres.options import POSTGRES_SCHEMES, PostgresOptions
+    from ratekeeper.stores.postgres.schema import migration_sql
 
     if urlsplit(args.store).scheme.lower() not in POSTGRES_SCHEMES:
         raise RateKeeperError(
@@ -45,6 +46,6 @@ def run(args: argparse.Namespace) -> int:
         store.migrate()
     finally:
         store.close()
-    opts = store.core.options
+    opts = store.planner.options
     print(f"schema {opts.schema}, table {opts.schema}.{opts.table}: up to date")
     return 0

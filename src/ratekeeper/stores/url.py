@@ -8,7 +8,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.stores.base import AsyncStore, InProcessAsync, InProcessStore, Store
-from ratekeeper.stores.postgres.sansio import POSTGRES_SCHEMES
+from ratekeeper.stores.postgres.options import POSTGRES_SCHEMES
 from ratekeeper.stores.redis.url import REDIS_SCHEMES
 from ratekeeper.stores.service.sansio import SERVICE_SCHEMES
 

@@ -1,133 +1,122 @@
-"""``AsyncPostgresStore``: the asyncio twin of ``PostgresStore``, over ``postgres_core``.
+"""``AsyncPostgresStore``: the PostgreSQL store for ``AsyncLimiter``.
 
-The same statements, options and decisions as the sync store (``AsyncPostgresCalls``,
-``postgres_calls_async.py``, the source the sync calls are generated from); psycopg's
-``AsyncConnectionPool`` (opened on first use, inside the running loop). Calls coalesce as
-in the sync store (``AsyncCoalescer``, ``stores/coalescing.py``, with its guarantees: at
-most ``max_in_flight`` statements, one per row), and a ``call_later`` deadline severs a
-statement the server does not answer in time. A store belongs to the event loop it is
-first used on (psycopg's async pool and connections cannot move between loops).
+One decision is one statement, ``SELECT <schema>.<table>_decide(keys, request)``: a
+PL/pgSQL function that locks the rows it needs in one order, reads ``clock_timestamp()``,
+decides every op with the algorithm's function and writes back, all inside that statement
+(no lock outlives it, no read-then-write round trips); a lone op runs a function of its
+own (``PostgresPlanner.plan``). ``try_acquire_many`` is one statement too. Concurrent calls
+coalesce (``stores/coalescing.py``, with its guarantees): at most ``max_in_flight``
+statements are out and at most one per row; the others queue, and go as one statement
+when one returns. A client-side deadline bounds every statement. The schema is installed
+on first use (or by ``ratekeeper migrate``).
+
+The store holds a planner (what to send, how to read it) and a shell (``shell_async.py``:
+sends it). The source of ``store.py``: ``tools/unasync.py`` writes ``PostgresStore`` from
+it; what the two must do differently comes from ``driver_asyncio.py`` /
+``driver_threads.py``. An asyncio store belongs to the event loop it is first used on
+(psycopg's async pool and connections cannot move between loops).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.stores import wire
-from ratekeeper.stores.coalescing import Coalescer
-from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
-from ratekeeper.stores.postgres.calls_async import AsyncPostgresCalls
-from ratekeeper.stores.postgres.sansio import MAX_BATCH, Connects, applied_nothing, row, sever, store_down
+from ratekeeper.stores.bounds import check_op
+from ratekeeper.stores.postgres.driver_asyncio import bind, coalescer, drain, started
+from ratekeeper.stores.postgres.planner import PostgresPlanner
+from ratekeeper.stores.postgres.shell_async import AsyncPostgresShell
 
 if TYPE_CHECKING:
+    from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
+    from ratekeeper.op import Op
+    from ratekeeper.stores import wire
 
 __all__ = ["AsyncPostgresStore"]
 
 
-class AsyncPostgresStore(AsyncPostgresCalls):
-    """The asyncio PostgreSQL store (``postgresql://``, ``postgres://``); see ``PostgresOptions``."""
+class AsyncPostgresStore:
+    """The PostgreSQL store (``postgresql://``, ``postgres://``); see ``PostgresOptions``."""
 
     def __init__(self, url: str = "postgresql://postgres@127.0.0.1:5432/postgres", **options: Any) -> None:
-        super().__init__(url, **options)
-        self.pool: Any = None
-        self._schema_lock: asyncio.Lock | None = None
-        opts = self.core.options
-        self._coalescer: AsyncCoalescer[wire.Op, Decision | bool] = AsyncCoalescer(
-            Coalescer(opts.max_in_flight, MAX_BATCH, row, one_call_per_row=True),
-            self._run,
-            store_down,
-            opts.timeout,
-            "PostgreSQL",
-            "this AsyncPostgresStore (AsyncLimiter) was first used on another event loop; psycopg's async "
-            "pool and connections belong to one loop: open one store per event loop (e.g. inside asyncio.run)",
-            applied_nothing,
-        )
+        self.planner = PostgresPlanner(url, **options)
+        self._open()
+        started(self)
 
-    # -- what differs from the blocking store --------------------------------------------
+    def _open(self) -> None:
+        """A new shell (no connection yet) and the queue of its calls."""
+        self.shell = AsyncPostgresShell(self.planner)
+        self._coalescer = coalescer(self._run, self.planner.options)
 
-    async def _pool(self) -> Any:
-        if self.pool is None:
-            from psycopg_pool import AsyncConnectionPool
-
-            opts = self.core.options
-            pool = AsyncConnectionPool(
-                opts.conninfo,
-                kwargs=opts.connection_kwargs(),
-                min_size=opts.min_size,
-                max_size=opts.max_size,
-                configure=self._configure,
-                connection_class=_recording(self.connects),
-                timeout=opts.timeout,
-                reconnect_timeout=max(60.0, opts.timeout),
-                name="ratekeeper-async",
-                open=False,
-            )
-            await pool.open(wait=False)
-            self.pool = pool
-        return self.pool
-
-    def _arm(self, conn: Any, seconds: float) -> tuple[asyncio.TimerHandle, list[bool]]:
-        """The client-side deadline: sever ``conn`` if its reply has not come in ``seconds``
-        (a paused server answers nothing, and no ``statement_timeout`` can end that)."""
-        fired: list[bool] = []
-
-        def fire() -> None:
-            fired.append(True)
-            sever(conn)
-
-        return asyncio.get_running_loop().call_later(seconds, fire), fired
-
-    def _disarm(self, deadline: tuple[asyncio.TimerHandle, list[bool]]) -> bool:
-        deadline[0].cancel()
-        return bool(deadline[1])
-
-    def _ready_lock(self) -> asyncio.Lock:
-        if self._schema_lock is None:
-            self._schema_lock = asyncio.Lock()
-        return self._schema_lock
-
-    async def _exec_prepared(self, conn: Any, name: bytes, params: Sequence[str]) -> Any:
-        """Send the prepared statement ``name`` and wait for its text reply on the loop
-        (psycopg's own generator, without a cursor)."""
-        from psycopg.generators import execute
-
-        pgconn = conn.pgconn
-        encoding = conn.info.encoding
-        pgconn.send_query_prepared(name, [p.encode(encoding) for p in params])
-        results = await conn.wait(execute(pgconn))
-        return self._prepared_reply(conn, results[-1])
+    async def _run(self, ops: Sequence[wire.Op], now: int | None, atomic: bool = False) -> list[Decision | bool]:
+        """One statement deciding ``ops`` in order (for each refund: whether it gave anything back)."""
+        shell = self.shell
+        if not shell.ready:
+            await shell.ensure()
+        planner = self.planner
+        sql, params = planner.plan(ops, now, atomic)
+        return planner.read(ops, await shell.execute(sql, params, "a decision", None, planner.prepared.get(sql)))
 
     async def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
-        if self.core.options.batching:
+        if self.planner.options.batching:
             return await self._coalescer.submit(op, now)
-        self._coalescer.bind()  # psycopg's async pool belongs to one loop, batching or not
+        bind(self._coalescer)
         return (await self._run([op], now))[0]
+
+    # -- the Store role ------------------------------------------------------------------
+
+    async def decide(self, op: Op, now: int | None = None) -> Decision:
+        check_op(op, now)
+        decision = await self._submit(op, now)
+        assert not isinstance(decision, bool)
+        return decision
+
+    async def decide_ops(
+        self, ops: Sequence[wire.Op], now: int | None = None, atomic: bool = False
+    ) -> list[Decision | bool]:
+        """Decide a list of wire ops in one statement, in order (for each refund: whether it gave anything back)."""
+        for op in ops:
+            check_op(op, now)
+        return await self._run(ops, now, atomic)
+
+    async def decide_many(self, ops: Sequence[Op], now: int | None = None) -> tuple[Decision, ...]:
+        for op in ops:
+            check_op(op, now)
+        decisions = await self._run(ops, now, atomic=True)
+        return tuple(d for d in decisions if not isinstance(d, bool))
+
+    async def refund(self, op: Op, now: int | None = None) -> bool:
+        check_op(op, now)
+        return await self._submit(op, now) is True
+
+    async def reset(self, plan: Plan, key: str) -> None:
+        if not self.shell.ready:
+            await self.shell.ensure()
+        sql, params = self.planner.reset(plan, key)
+        await self.shell.execute(sql, params, "a reset")
+
+    async def sweep(self, max_rows: int = 1000) -> int:
+        """Delete up to ``max_rows`` idle rows now (the decide function also does this on
+        its own, now and then); 0 when another instance holds the sweep."""
+        if not self.shell.ready:
+            await self.shell.ensure()
+        row = await self.shell.execute(self.planner.sweep_sql, (max_rows,), "a sweep")
+        return int(row[0])
+
+    async def migrate(self) -> None:
+        """Install or update the schema, table and functions (idempotent; concurrent
+        callers wait on one advisory lock, so one of them does the work)."""
+        await self.shell.migrate()
 
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the pool."""
-        self._closing = True
-        await self._coalescer.drain()
-        if self.pool is not None:
-            await self._return_kept()
-            await self.pool.close()
+        self.shell.closing = True
+        await drain(self._coalescer)
+        await self.shell.close()
 
+    async def __aenter__(self) -> AsyncPostgresStore:
+        return self
 
-def _recording(connects: Connects) -> Any:
-    """psycopg's ``AsyncConnection``, recording each attempt of the pool in ``connects``."""
-    import psycopg
-
-    class RecordingConnection(psycopg.AsyncConnection[Any]):
-        @classmethod
-        async def connect(cls, *args: Any, **kwargs: Any) -> Any:
-            try:
-                conn = await super().connect(*args, **kwargs)
-            except BaseException as exc:
-                connects.failed(exc)
-                raise
-            connects.succeeded()
-            return conn
-
-    return RecordingConnection
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
