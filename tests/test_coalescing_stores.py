@@ -2,7 +2,7 @@
 Redis and PostgreSQL, threads and asyncio.
 
 Where a test must hold a call in flight, it wraps the store's lowest call (Redis
-``shell.call``, PostgreSQL ``_execute``) with a gate: the first call after the warm-up waits
+``shell.call``, PostgreSQL ``shell.execute``) with a gate: the first call after the warm-up waits
 until the test opens the gate, then goes to the server. Threads are known to be queued
 because the store's queue announces each op it takes (a Condition). Every wait is
 bounded: a store that wedges fails the test instead of hanging the suite. Each test has
@@ -115,7 +115,7 @@ def observe(store: Any) -> ObservedCoalescer:
 
 def lowest_call(store: Any) -> tuple[Any, str]:
     """What holds the store's lowest call, and its name."""
-    return (store.shell, "call") if hasattr(store, "shell") else (store, "_execute")
+    return (store.shell, "call") if hasattr(store.shell, "call") else (store.shell, "execute")
 
 
 class Gate:

@@ -1,6 +1,5 @@
-"""States of numbers are stored as tagged struct doubles; a state that an earlier version
-stored with cmsgpack (the same fields, no TTL reach) is read as the same state and written
-back in the new encoding, so an upgrade neither loses a key's state nor fails on it."""
+"""States of numbers are stored as tagged struct doubles (their fields, then the TTL's
+reach); any other value at a rule's key is no state of it, and fails its own call."""
 
 from __future__ import annotations
 
@@ -35,31 +34,23 @@ def fields(raw: bytes) -> list[float]:
 
 
 @pytest.mark.parametrize("algorithm", NUMBER_STATES)
-@pytest.mark.parametrize("limits", [["5/minute"], ["5/minute", "20/hour"]], ids=["one", "two"])
-def test_a_state_in_the_earlier_msgpack_encoding_is_read_as_the_same_state(
-    redis_server: RedisServer, algorithm: str, limits: list[str]
+def test_a_state_is_tagged_doubles_and_the_same_numbers_in_another_encoding_are_no_state(
+    redis_server: RedisServer, algorithm: str
 ) -> None:
     assert algorithm in ALGORITHMS
-    plan = Rule("enc", limits, algorithm=algorithm).plan
+    plan = Rule("enc", ["5/minute", "20/hour"], algorithm=algorithm).plan
     store = RedisStore(redis_server.url, prefix="enc:")
     client: Any = redis_py.Redis.from_url(redis_server.url)
     try:
         now = EPOCH_US
-        for _ in range(3):  # some state on both keys, the same on each
-            for key in ("new", "old"):
-                store.decide(Op.decide(plan, key, 1), now)
-            now += 1_000_000
-        old_key = storage_key("enc:", plan, "old")
-        client.eval(TO_MSGPACK, 1, old_key, *(repr(v) for v in fields(client.get(old_key))))
-        assert client.get(old_key)[0] in range(0x90, 0xA0)  # as an earlier version stored it
-        for step in range(8):  # the same decisions, to the limit and past it
-            new = store.decide(Op.decide(plan, "new", 1), now)
-            old = store.decide(Op.decide(plan, "old", 1), now)
-            assert old == new, (step, old, new)
-            now += 250_000
-        assert client.get(old_key)[0] == 1  # written back in the new encoding
-        assert fields(client.get(old_key)) == fields(client.get(storage_key("enc:", plan, "new")))
-        assert client.pttl(old_key) > 0
+        for key in ("tagged", "packed"):
+            assert store.decide(Op.decide(plan, key, 1), now).allowed
+        packed = storage_key("enc:", plan, "packed")
+        client.eval(TO_MSGPACK, 1, packed, *(repr(v) for v in fields(client.get(packed))))
+        assert client.get(packed)[0] in range(0x90, 0xA0)  # a msgpack array of the same numbers
+        with pytest.raises(StoreError, match="not a state of this rule"):
+            store.decide(Op.decide(plan, "packed", 1), now)
+        assert store.decide(Op.decide(plan, "tagged", 1), now).allowed
     finally:
         client.close()
         store.close()

@@ -425,8 +425,6 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any, Any]]:
 
     from ratekeeper import Limit, Limiter, Rule
     from ratekeeper.op import Op
-    from ratekeeper.stores import wire
-    from ratekeeper.stores.redis.script import LIBRARY, script_of
 
     client: Any = redis.Redis.from_url(url, single_connection_client=True)
     sha = client.script_load("return 1")
@@ -461,12 +459,9 @@ def _cost_subjects(url: str, prefix: str) -> list[tuple[str, Any, Any, Any]]:
         def burst(count: int) -> None:
             # the store's own call for try_acquire(rule, "k"), as it sends it (FCALL, or
             # EVALSHA of the rule's script where the server has no Functions)
-            keys, args = wire.encode_redis_one(Op.decide(rule.plan, "k", 1), store.core.prefix, None)
-            if store.functions is False:
-                command: tuple[Any, ...] = ("EVALSHA", script_of(rule.plan.algorithm.name).sha)
-            else:
-                command = ("FCALL", LIBRARY.function)
-            _pipelined(store.client, *command, len(keys), *keys, *args)(count)
+            planner = store.planner
+            (call,) = planner.plan([Op.decide(rule.plan, "k", 1)], None)
+            _pipelined(store.shell.client, *planner.command(call))(count)
 
         return label, lambda key: acquire(rule, key).allowed, limiter.close, burst
 

@@ -45,6 +45,23 @@ def _auth(target: RedisTarget) -> dict[str, Any]:
     return {"username": target.username, "password": target.password}
 
 
+def _master(
+    target: RedisTarget, sentinel_class: Any, connection_class: Any, max_connections: int, common: dict[str, Any]
+) -> Any:
+    """The client of the master that the sentinels of ``target`` name (looked up on connect)."""
+    timeouts = {k: common[k] for k in ("socket_timeout", "socket_connect_timeout")}
+    sentinel = sentinel_class(list(target.nodes), sentinel_kwargs=timeouts, **timeouts)
+    return sentinel.master_for(
+        target.service,
+        db=target.db,
+        ssl=target.ssl,
+        max_connections=max_connections,
+        connection_class=connection_class,
+        **_auth(target),
+        **common,
+    )
+
+
 def sync_client(target: RedisTarget, timeout: float, max_connections: int) -> Any:
     """A blocking redis-py client for ``target``."""
     import redis
@@ -71,19 +88,9 @@ def sync_client(target: RedisTarget, timeout: float, max_connections: int) -> An
         return redis.Redis.from_pool(pool)  # closing the client closes the pool
     from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
-    sentinel = SentinelNewestMaster.sync(Sentinel)(
-        list(target.nodes), sentinel_kwargs=_timeouts(timeout), **_timeouts(timeout)
-    )
     base = SentinelManagedSSLConnection if target.ssl else SentinelManagedConnection
-    return sentinel.master_for(
-        target.service,
-        db=target.db,
-        ssl=target.ssl,
-        max_connections=max_connections,
-        connection_class=SentinelReadDisconnect.sync(SentinelReconnectToMaster.sync(base)),
-        **_auth(target),
-        **common,
-    )
+    connection_class = SentinelReadDisconnect.sync(SentinelReconnectToMaster.sync(base))
+    return _master(target, SentinelNewestMaster.sync(Sentinel), connection_class, max_connections, common)
 
 
 def async_client(target: RedisTarget, timeout: float, max_connections: int) -> Any:
@@ -117,16 +124,6 @@ def async_client(target: RedisTarget, timeout: float, max_connections: int) -> A
         return aredis.Redis.from_pool(pool)  # closing the client closes the pool
     from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
-    sentinel = SentinelNewestMaster.asyncio(Sentinel)(
-        list(target.nodes), sentinel_kwargs=_timeouts(timeout), **_timeouts(timeout)
-    )
     base = SentinelManagedSSLConnection if target.ssl else SentinelManagedConnection
-    return sentinel.master_for(
-        target.service,
-        db=target.db,
-        ssl=target.ssl,
-        max_connections=max_connections,
-        connection_class=HiredisPacking.connection_class(SentinelReconnectToMaster.asyncio(base)),
-        **_auth(target),
-        **common,
-    )
+    connection_class = HiredisPacking.connection_class(SentinelReconnectToMaster.asyncio(base))
+    return _master(target, SentinelNewestMaster.asyncio(Sentinel), connection_class, max_connections, common)

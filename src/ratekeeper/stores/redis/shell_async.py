@@ -40,6 +40,8 @@ class AsyncRedisShell:
         self._refused = ResponseError
         self._active = 0  # client calls under way (see _done)
         self._leaked = False
+        self._deciding = _Underway(self, "a decision")
+        self._pipelining = _Underway(self, "a pipeline of decisions")
         # lanes hold connections of the pool for good: leave at least one to the calls that
         # do not hold a slot (decide_many, reset, batching off, loading the library)
         self._laned = not planner.cluster and planner.max_connections > planner.max_in_flight
@@ -81,19 +83,11 @@ class AsyncRedisShell:
         if len(calls) == 1:
             return [await self.call(calls[0], client)]
         command = self.planner.command
-        self._active += 1
-        try:
+        with self._pipelining:
             pipe = self.client.pipeline(transaction=False)
             for call in calls:
                 pipe.execute_command(*command(call))
             replies: list[Any] = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:
-            self._leaked = True
-            if isinstance(exc, self._errors):
-                raise translate(exc, "a pipeline of decisions") from exc
-            raise
-        finally:
-            self._done()
         for i, reply in enumerate(replies):
             if isinstance(reply, self._refused) and not_run(reply):
                 try:
@@ -112,8 +106,7 @@ class AsyncRedisShell:
         Cluster node) or the script loads it and is sent again; redis-py's errors translated."""
         c = self.client if client is None else client
         command = self.planner.command
-        self._active += 1
-        try:
+        with self._deciding:
             for _ in range(2):  # one recovery may lead to another: EVALSHA from now on, then NOSCRIPT
                 try:
                     return await c.execute_command(*command(call))
@@ -121,13 +114,6 @@ class AsyncRedisShell:
                     if not await self._recover(exc, c, call):
                         raise
             return await c.execute_command(*command(call))
-        except BaseException as exc:
-            self._leaked = True
-            if isinstance(exc, self._errors):
-                raise translate(exc, "a decision") from exc
-            raise
-        finally:
-            self._done()
 
     async def _recover(self, exc: BaseException, c: Any, call: Call) -> bool:
         """Whether the call refused with ``exc`` may be sent again, once what it lacked is
@@ -197,3 +183,25 @@ class AsyncRedisShell:
         ClusterLostConnections.reclaim(self.client)  # a Cluster node closes only the connections it lists
         await self.client.aclose()
         await SentinelsLeftOpen.aclose(self.client)
+
+
+class _Underway:
+    """``with``: a client call of ``shell`` under way. A failure marks connections as maybe
+    lost (see ``_done``), and redis-py's errors become ours, for ``what``."""
+
+    __slots__ = ("shell", "what")
+
+    def __init__(self, shell: AsyncRedisShell, what: str) -> None:
+        self.shell = shell
+        self.what = what
+
+    def __enter__(self) -> None:
+        self.shell._active += 1
+
+    def __exit__(self, kind: object, exc: BaseException | None, traceback: object) -> None:
+        shell = self.shell
+        if exc is not None:
+            shell._leaked = True
+        shell._done()
+        if isinstance(exc, shell._errors):
+            raise translate(exc, self.what) from exc

@@ -59,15 +59,6 @@ local function read_numbers(key, algo, n)
     local state = { struct.unpack(FORMATS[k] or doubles_format(k), raw, 2) }
     return state, state[k]
   end
-  local first = raw:byte(1)
-  if first and (first >= 0x90 and first <= 0x9f or first == 0xdc or first == 0xdd) then
-    -- a state an earlier version stored with cmsgpack (the same fields, without exp): read
-    -- it as such; its next write stores it in this encoding, with the TTL set again (exp 0)
-    local state = cmsgpack.unpack(raw)
-    if type(state) == "table" and #state == k - 1 then
-      return state, 0
-    end
-  end
   error("ratekeeper: the value at " .. key .. " is not a state of this rule")
 end
 

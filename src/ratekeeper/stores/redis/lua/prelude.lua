@@ -44,9 +44,8 @@ local function doubles_format(k)
   return FORMATS[k] or "<" .. string.rep("d", k)
 end
 
--- The same, after one tag byte (STATE_TAG) that the value starts with: a state of doubles
--- is told apart from the cmsgpack array that earlier versions stored (its first byte is
--- 0x90 to 0x9f, or 0xdc / 0xdd), which is read once and written in this encoding.
+-- The same, after one tag byte (STATE_TAG) that the value starts with: with the length, it
+-- tells a state of doubles apart from any other value the key may hold (whose call fails).
 local STATE_TAG = 1
 local TAGGED = { "<Bd", "<Bdd", "<Bddd", "<Bdddd", "<Bddddd", "<Bdddddd", "<Bddddddd", "<Bdddddddd",
   "<Bddddddddd", "<Bdddddddddd", "<Bddddddddddd", "<Bdddddddddddd", "<Bddddddddddddd" }
