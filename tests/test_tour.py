@@ -56,7 +56,7 @@ def test_the_partner_scenario_admits_one_in_each_window(quick_tour: Tour) -> Non
     partner = findings(out)["partner"]
     assert 2 == partner["windows"] == partner["admitted"]
     assert partner["refused"] > 0
-    assert all(gap >= 1.99 for gap in partner["gaps_s"])  # the service's clock: 2 s, less the client's jitter
+    assert all(gap >= 1.9 for gap in partner["gaps_s"])  # 2 s on the service's clock, less the client's jitter
     assert "2 windows of 2 s: 2 admitted, one in each" in done.stdout
 
 
