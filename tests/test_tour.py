@@ -4,6 +4,7 @@ and it either stops (``--exit``) or keeps serving until it is told to stop."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 import pytest
 
@@ -21,7 +23,7 @@ from ratekeeper.config import load_any
 from ratekeeper.config.envoy import EnvoyConfig
 from ratekeeper.config.model import RuleSet
 from ratekeeper.tour.rules import FAILSAFE, HOT_LIMIT, PLANS, plan_of, write_rules
-from ratekeeper.tour.scenarios import counted, decision_time
+from ratekeeper.tour.scenarios import FAILED, Client, Recorder, Reply, counted, decision_time
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FREE_PORTS = ["--http-port", "0", "--grpc-port", "0", "--admin-port", "0"]
@@ -174,3 +176,18 @@ def test_the_command_line() -> None:
     assert "off" == build_parser().parse_args(["tour", "--grpc-port", "OFF"]).grpc_port
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tour", "--http-port", "70000"])
+
+
+def test_a_check_without_an_answer_is_counted_as_an_error() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        nobody = f"http://127.0.0.1:{closed.getsockname()[1]}"  # bound, never listening: refused
+
+        async def check() -> Reply:
+            async with aiohttp.ClientSession() as session:
+                return await Client(session, nobody, nobody).check(recorder, "items.list", "alice")
+
+        recorder = Recorder("nobody")
+        reply = asyncio.run(check())
+    assert FAILED == reply.status and not reply.allowed
+    assert 1 == recorder.stats.totals()["errors"]

@@ -37,6 +37,8 @@ BURST = 8
 """Login attempts sent at once in each burst."""
 BURST_GAP = 3.25
 """Seconds between two login bursts: the 5/3s window has let the previous burst go."""
+FAILED = 0
+"""The status of a check that got no answer (the connection failed or timed out)."""
 REFUSED = ("over", "shadow_over")
 """The ``outcome`` labels of ``ratekeeper_decisions_total`` that are refusals."""
 FLOOD_REQUESTS = Limit.parse(FAILSAFE).count + 1
@@ -136,9 +138,13 @@ class Client:
     async def check(self, recorder: Recorder, rule: str, key: str, due: float | None = None) -> Reply:
         """One check; its latency counts from ``due`` when given (when it was meant to leave)."""
         sent = time.monotonic() if due is None else due
-        async with self.session.post(self.check_url, json={"rule": rule, "key": key}) as response:
-            body = await response.json(content_type=None)
-            status = response.status
+        body: Any = {}
+        try:
+            async with self.session.post(self.check_url, json={"rule": rule, "key": key}) as response:
+                body = await response.json(content_type=None)
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError, ValueError):  # an error of the tour's: it then ends with 2
+            status = FAILED
         reply = Reply(status, body if isinstance(body, dict) else {}, sent, time.monotonic())
         recorder.add(reply)
         return reply
