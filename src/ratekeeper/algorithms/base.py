@@ -1,11 +1,13 @@
 """What every algorithm provides, and the plan it precomputes for a rule's limits.
 
 An algorithm is a set of pure functions over integer microseconds: no I/O, no clock, no
-locks. ``decide(plan, state, now, cost, max_wait, lease_id)`` returns the new state and
-the ``Decision``; the state it is given is never mutated, so the same call with the same
-input always gives the same answer. ``None`` is the state of a key that was never used
-(or is whole again). These functions are the reference that every store must equal,
-decision by decision, and the engine of the memory store.
+locks. For each plan it compiles one decider (``Plan.decide``, the plan's constants
+bound), and ``decide(plan, state, now, cost, max_wait, lease_id)`` calls it: it returns
+the new state and the ``Decision``; the state it is given is never mutated, so the same
+call with the same input always gives the same answer. ``None`` is the state of a key
+that was never used (or is whole again). These functions are the reference that every
+store must equal, decision by decision, and the engine of the memory store. Most
+algorithms write their decision once, for one limit (``per_limit``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ratekeeper.decision import INFINITE
-from ratekeeper.errors import InvalidLimit, InvalidRequest
+from ratekeeper.errors import InvalidLimit
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -102,21 +104,21 @@ class Algorithm(ABC):
                     )
         return Plan(self, name, limits, tuple(self.spec(name, limit) for limit in limits))
 
-    @abstractmethod
     def spec(self, name: str, limit: Limit) -> Any:
-        """The numbers one limit needs, precomputed."""
+        """The numbers one limit needs, precomputed. The window algorithms': the count and
+        the period (µs); the buckets override."""
+        return limit.count, limit.period_us
 
     @abstractmethod
+    def compile(self, plan: Plan) -> Decider:
+        """The decider of ``plan``: ``(state, now, cost, max_wait, lease_id)`` -> (new state,
+        decision), with the plan's constants bound. Built once per plan (``Plan.decide``)."""
+
     def decide(
-        self,
-        plan: Plan,
-        state: State,
-        now: int,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
+        self, plan: Plan, state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
     ) -> tuple[State, Decision]:
         """Decide whether ``cost`` is admitted at ``now`` (µs); return (new state, decision)."""
+        return plan.decide(state, now, cost, max_wait, lease_id)
 
     @abstractmethod
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
@@ -134,10 +136,6 @@ class Algorithm(ABC):
         The window algorithms' longest period; the others override."""
         return max(limit.period_us for limit in plan.limits)
 
-    def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider | None:
-        """A decider specialised for one limit with this ``spec``, or None (use ``decide``)."""
-        return None
-
     def waiting_cannot_help(self, decision: Decision, max_wait: int) -> bool:
         """Whether a refusal under ``max_wait`` would stay a refusal however long the caller
         waits within ``max_wait`` (so ``acquire`` gives up at once instead of sleeping).
@@ -146,49 +144,3 @@ class Algorithm(ABC):
         ``max_wait``, and waiting shrinks both equally.
         """
         return self.reserves
-
-    def compile(self, plan: Plan) -> Decider:
-        """A function deciding for this plan: ``(state, now, cost, max_wait, lease_id)``.
-
-        One limit: the algorithm's ``compile_one`` if it has one, a specialised function
-        (constants bound) that must decide exactly as ``decide`` does: the property tests
-        compare the two on random traces. Otherwise a call of ``decide``.
-        """
-        if len(plan.specs) == 1:
-            one = self.compile_one(plan.name, plan.limits, plan.specs[0])
-            if one is not None:
-                return one
-        decide = self.decide
-
-        def decider(
-            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
-        ) -> tuple[State, Decision]:
-            return decide(plan, state, now, cost, max_wait, lease_id)
-
-        return decider
-
-
-def rational_spec(name: str, limit: Limit) -> tuple[int, int, int]:
-    """``(n, d, capacity)`` with ``n/d`` µs per unit of cost, reduced, for the bucket algorithms.
-
-    Checked so that ``capacity * n`` stays below 2**53: every store then repeats the
-    arithmetic exactly (Lua numbers are doubles).
-    """
-    from math import gcd
-
-    g = gcd(limit.period_us, limit.count)
-    n, d = limit.period_us // g, limit.count // g
-    cap = limit.capacity
-    if cap * n >= MAX_EXACT or d >= MAX_EXACT // 4:
-        raise InvalidLimit(
-            f"rule {name!r}: limit {limit} is too fine for exact arithmetic "
-            f"(capacity x period / count must stay below 2**53 microseconds); "
-            f"use a rounder count, a shorter period or a smaller burst"
-        )
-    return n, d, cap
-
-
-def check_cost(cost: object) -> int:
-    if type(cost) is not int or cost < 0:
-        raise InvalidRequest(f"cost must be a non-negative integer, got {cost!r}")
-    return cost

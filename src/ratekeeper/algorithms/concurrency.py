@@ -10,22 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Algorithm, Plan, State, later
+from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.errors import InvalidRequest
-from ratekeeper.limit import Limit
 
 __all__ = ["Concurrency"]
-
-_make = Decision.make
 
 
 class Concurrency(Algorithm):
     name = "concurrency"
     uses_leases = True
-
-    def spec(self, name: str, limit: Limit) -> tuple[int, int]:
-        return limit.count, limit.period_us
 
     def scale(self, plan: Plan) -> tuple[Any, ...]:
         """Absolute times and costs: a state means the same under any limits."""
@@ -43,68 +37,72 @@ class Concurrency(Algorithm):
         live: tuple[Any, ...] = state if k == 0 else state[k:]
         return live
 
-    def decide(
-        self,
-        plan: Plan,
-        state: State,
-        now: int,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-    ) -> tuple[State, Decision]:
-        leases = self._live(plan, state, now)
-        n = len(leases)
-        useds: list[int] = []
-        denied = -1
-        retry = 0
-        for i, (limit, period) in enumerate(plan.specs):
-            cutoff = now - period
-            used = 0
-            first = n
-            for j in range(n - 3, -1, -3):
-                if leases[j + 1] <= cutoff:
-                    break
-                used += leases[j + 2]
-                first = j
-            useds.append(used)
-            if used + cost > limit:
-                if cost > limit:
-                    r = INFINITE
-                else:
-                    need = used + cost - limit
-                    k = first
-                    while True:
-                        need -= leases[k + 2]
-                        if need <= 0:
-                            break
-                        k += 3
-                    r = leases[k + 1] + period - now
-                if denied < 0 or later(r, retry):
-                    denied, retry = i, r
-        charged = 0
-        if denied < 0 and cost > 0:
-            # Leases stay in order of acquisition even if the clock stepped back.
-            leases = (*leases, lease_id, max(now, leases[-2]) if leases else now, cost)
-            charged = cost
-        remaining: list[int] = []
-        resets: list[int] = []
-        newest = leases[-2] if leases else now
-        for (limit, period), used in zip(plan.specs, useds, strict=True):
-            total = used + charged
-            remaining.append(max(0, limit - total))  # more held than a count lowered since: 0
-            resets.append(newest + period - now if total > 0 else 0)
-        decision = _make(
-            plan.name,
-            plan.limits,
-            denied < 0,
-            denied,
-            retry,
-            0,
-            tuple(remaining),
-            tuple(resets),
-            lease_id if charged else None,
-        )
-        return (leases or None), decision
+    def compile(self, plan: Plan) -> Decider:
+        """Admitted when, for every limit, the leases it counts plus ``cost`` are at most the
+        count; the lease is recorded once for all of them."""
+        live_of = self._live
+
+        def decide(
+            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+        ) -> tuple[State, Decision]:
+            leases = live_of(plan, state, now)
+            n = len(leases)
+            useds: list[int] = []
+            denied = -1
+            retry = 0
+            for i, (limit, period) in enumerate(plan.specs):
+                cutoff = now - period
+                used = 0
+                first = n
+                for j in range(n - 3, -1, -3):
+                    if leases[j + 1] <= cutoff:
+                        break
+                    used += leases[j + 2]
+                    first = j
+                useds.append(used)
+                if used + cost > limit:
+                    if cost > limit:
+                        r = INFINITE
+                    else:
+                        need = used + cost - limit
+                        k = first
+                        while True:
+                            need -= leases[k + 2]
+                            if need <= 0:
+                                break
+                            k += 3
+                        r = leases[k + 1] + period - now
+                    if denied < 0 or later(r, retry):
+                        denied, retry = i, r
+            charged = 0
+            if denied < 0 and cost > 0:
+                # Leases stay in order of acquisition even if the clock stepped back.
+                leases = (*leases, lease_id, max(now, leases[-2]) if leases else now, cost)
+                charged = cost
+            remaining: list[int] = []
+            resets: list[int] = []
+            newest = leases[-2] if leases else now
+            for (limit, period), used in zip(plan.specs, useds, strict=True):
+                total = used + charged
+                remaining.append(max(0, limit - total))  # more held than a count lowered since: 0
+                resets.append(newest + period - now if total > 0 else 0)
+            decision = Decision(
+                (
+                    plan.name,
+                    plan.limits,
+                    denied < 0,
+                    denied,
+                    retry,
+                    0,
+                    tuple(remaining),
+                    tuple(resets),
+                    lease_id if charged else None,
+                    None,
+                )
+            )
+            return (leases or None), decision
+
+        return decide
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Release the lease ``lease_id`` (``cost`` is ignored: a lease is released whole)."""

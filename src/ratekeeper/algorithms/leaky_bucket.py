@@ -16,14 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, Plan, State, ceil_div
-from ratekeeper.algorithms.gcra import Gcra, gcra_state, gcra_tat
+from ratekeeper.algorithms.base import Decider, State
+from ratekeeper.algorithms.gcra import Gcra, gcra_tat
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
 __all__ = ["LeakyBucket"]
-
-_make = Decision.make
 
 
 class LeakyBucket(Gcra):
@@ -31,77 +29,27 @@ class LeakyBucket(Gcra):
 
     name = "leaky_bucket"
 
-    def decide(
-        self,
-        plan: Plan,
-        state: State,
-        now: int,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-    ) -> tuple[State, Decision]:
-        specs = plan.specs
-        tats: list[int] = []
-        denied = -1
-        retry = 0
-        delay = 0
-        infinite = False
-        for i, (n, d, cap, tau) in enumerate(specs):
-            nd = now * d
-            tat = gcra_tat(state, 2 * i, now, n, d, cap)
-            tats.append(tat)
-            queued = ceil_div(tat - nd, d)
-            if queued > delay:
-                delay = queued
-            if cost > cap:
-                if not infinite:
-                    infinite, denied, retry = True, i, INFINITE
-                continue
-            # The request needs room in the queue and, when the caller bounds its wait,
-            # a queue short enough: the later of the two is when it could be admitted.
-            need = ceil_div(tat + cost * n - nd - tau, d)
-            if max_wait is not None and queued - max_wait > need:
-                need = queued - max_wait
-            if need > 0 and not infinite and need > retry:
-                denied, retry = i, need
-        allowed = denied < 0
-        if allowed and cost:
-            tats = [tat + cost * spec[0] for tat, spec in zip(tats, specs, strict=True)]
-        remaining: list[int] = []
-        resets: list[int] = []
-        for tat, (n, d, _, tau) in zip(tats, specs, strict=True):
-            ahead = tat - now * d
-            remaining.append(max(0, (tau - ahead) // n))
-            resets.append(ceil_div(ahead, d))
-        if allowed:
-            decision = _make(plan.name, plan.limits, True, -1, 0, delay, tuple(remaining), tuple(resets))
-            return (gcra_state(tats, specs) if cost else state), decision
-        return state, _make(plan.name, plan.limits, False, denied, retry, 0, tuple(remaining), tuple(resets))
-
     def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
-        """One limit: the same arithmetic as ``decide`` with the constants bound."""
+        """Admitted when the queue has room for ``cost`` and, under ``max_wait``, is short
+        enough; the delay is what is queued ahead."""
         n, d, cap, tau = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
             nd = now * d
-            if state is None:
+            tat = nd if state is None else state[0] if state[1] is spec else gcra_tat(state, now, n, d, cap)
+            if tat < nd:
                 tat = nd
-            elif state[1] is spec:
-                tat = state[0]
-                if tat < nd:
-                    tat = nd
-            else:
-                tat = gcra_tat(state, 0, now, n, d, cap)
             queued = -((nd - tat) // d)
             if cost > cap:
                 retry = INFINITE
             else:
-                retry = -((nd + tau - tat - cost * n) // d)  # when the queue has room: <= 0 now
+                # The later of: room in the queue, and a queue short enough for max_wait.
+                retry = -((nd + tau - tat - cost * n) // d)
                 if max_wait is not None and queued - max_wait > retry:
                     retry = queued - max_wait
-            if retry > 0 or cost > cap:
+            if retry > 0 or cost > cap:  # refused (INFINITE is -1: never)
                 ahead = tat - nd
                 left = (tau - ahead) // n
                 return state, Decision(

@@ -20,38 +20,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
+from ratekeeper.algorithms.base import Decider, Plan, State
+from ratekeeper.algorithms.per_limit import PerLimit
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
 __all__ = ["SlidingWindowCounter"]
 
-_make = Decision.make
 
-
-def _counted(prev: int, curr: int, elapsed: int, period: int) -> int:
-    """``curr + floor(prev * (period - elapsed) / period)``: what the window holds at
-    ``elapsed`` (the previous count whole when the clock stepped back before the window)."""
-    if elapsed <= 0:
-        return curr + prev
-    return curr + prev * (period - elapsed) // period
-
-
-def _window(state: State, i: int, now: int, period: int) -> int:
+def _window(state: State, now: int, period: int) -> int:
     """The current window: ``now``'s, or the stored one if the clock stepped back."""
     window = now // period
-    if state is not None and state[3 * i] > window:
-        return state[3 * i]  # type: ignore[no-any-return]
+    if state is not None and state[0] > window:
+        return state[0]  # type: ignore[no-any-return]
     return window
 
 
-def _counts(state: State, i: int, window: int) -> tuple[int, int]:
+def _counts(state: State, window: int) -> tuple[int, int]:
+    """The previous and the current window's counts."""
     if state is not None:
-        w = state[3 * i]
+        w = state[0]
         if w == window:
-            return state[3 * i + 1], state[3 * i + 2]
+            return state[1], state[2]
         if w == window - 1:
-            return state[3 * i + 2], 0
+            return state[2], 0
     return 0, 0
 
 
@@ -68,7 +60,7 @@ def _whole_after(window: int, period: int, now: int, prev: int, curr: int) -> in
 
 def _first_admitting(prev: int, curr: int, start: int, period: int, cost: int, limit: int) -> int:
     """The first µs ``t >= start`` (inside the window beginning at ``start``) where
-    ``_counted(prev, curr, t - start) + cost <= limit``; the caller ensures one exists
+    ``curr + floor(prev * (period - (t - start)) / period) + cost <= limit``; the caller ensures one exists
     (``curr + cost <= limit``).
 
     With ``x = limit - curr - cost >= 0``: ``floor(prev * (period - e) / period) <= x``
@@ -91,58 +83,22 @@ def _retry(prev: int, curr: int, start: int, period: int, cost: int, limit: int,
     return _first_admitting(curr, 0, start + period, period, cost, limit) - now
 
 
-class SlidingWindowCounter(Algorithm):
+class SlidingWindowCounter(PerLimit):
     name = "sliding_window_counter"
-
-    def spec(self, name: str, limit: Limit) -> tuple[int, int]:
-        return limit.count, limit.period_us
-
-    def decide(
-        self,
-        plan: Plan,
-        state: State,
-        now: int,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-    ) -> tuple[State, Decision]:
-        specs = plan.specs
-        seen: list[tuple[int, int, int, int]] = []
-        denied = -1
-        retry = 0
-        for i, (limit, period) in enumerate(specs):
-            window = _window(state, i, now, period)
-            prev, curr = _counts(state, i, window)
-            start = window * period
-            counted = _counted(prev, curr, now - start, period)
-            if counted + cost > limit:
-                r = _retry(prev, curr, start, period, cost, limit, now)
-                if denied < 0 or later(r, retry):
-                    denied, retry = i, r
-            seen.append((window, prev, curr, counted))
-        charged = cost if denied < 0 else 0
-        remaining: list[int] = []
-        resets: list[int] = []
-        new: list[int] = []
-        for (limit, period), (window, prev, curr, counted) in zip(specs, seen, strict=True):
-            remaining.append(max(0, limit - (counted + charged)))
-            current = curr + charged
-            resets.append(_whole_after(window, period, now, prev, current))
-            new += (window, prev, current)
-        decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
-        return (tuple(new) if charged else state), decision
+    width = 3
 
     def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
-        """One limit: the same operations as ``decide``, in the same order, constants bound."""
+        """Admitted when the weighted count plus ``cost`` is at most the limit."""
         limit, period = spec
 
         def decide_one(
             state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
         ) -> tuple[State, Decision]:
-            window = _window(state, 0, now, period)
-            prev, curr = _counts(state, 0, window)
+            window = _window(state, now, period)
+            prev, curr = _counts(state, window)
             start = window * period
             elapsed = now - start
+            # What the window holds (the previous count whole when the clock stepped back before it).
             counted = curr + prev * (period - elapsed) // period if elapsed > 0 else curr + prev
             if counted + cost > limit:
                 retry = _retry(prev, curr, start, period, cost, limit, now)
@@ -163,12 +119,7 @@ class SlidingWindowCounter(Algorithm):
         """The current window's count weighs until the end of the next window."""
         return 2 * max(limit.period_us for limit in plan.limits)
 
-    def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
-        if state is None:
-            return None
-        new: list[int] = []
-        for i, (_, period) in enumerate(plan.specs):
-            window = _window(state, i, now, period)
-            prev, curr = _counts(state, i, window)
-            new += (window, prev, max(0, curr - cost))
-        return tuple(new)
+    def refund_one(self, spec: Any, part: State, now: int, cost: int) -> State:
+        window = _window(part, now, spec[1])
+        prev, curr = _counts(part, window)
+        return window, prev, max(0, curr - cost)

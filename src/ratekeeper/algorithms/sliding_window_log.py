@@ -21,13 +21,12 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from ratekeeper.algorithms.base import Algorithm, Decider, Plan, State, later
+from ratekeeper.algorithms.base import Decider, Plan, State
+from ratekeeper.algorithms.per_limit import Charge, PerLimit
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
 __all__ = ["SlidingWindowLog"]
-
-_make = Decision.make
 
 
 def _live(longest: int, state: State, now: int) -> tuple[int, list[int], list[int], int, int]:
@@ -43,99 +42,75 @@ def _live(longest: int, state: State, now: int) -> tuple[int, list[int], list[in
     return (totals[first - 1] if first > start else base), times, totals, first, end
 
 
-def _append(
-    base: int, times: list[int], totals: list[int], live: int, end: int, now: int, newest: int, total: int
-) -> tuple[State, int]:
-    """The state with an entry at ``now`` bringing the cumulative cost to ``total``, and its time."""
+def _append(base: int, times: list[int], totals: list[int], live: int, end: int, stamp: int, total: int) -> State:
+    """The state with an entry at ``stamp`` bringing the cumulative cost to ``total``."""
     if end != len(times) or (live > 32 and 2 * live > end):
         # Not the newest view of these lists (or mostly expired): copy what is live.
         times, totals, end, live = times[live:end], totals[live:end], end - live, 0
-    # A clock that stepped back must not break the order: the entry then counts a little longer.
-    stamp = now if now > newest or end == live else newest
     times.append(stamp)
     totals.append(total)
-    return (base, times, totals, live, end + 1), stamp
+    return base, times, totals, live, end + 1
 
 
-class SlidingWindowLog(Algorithm):
+def _decider(name: str, limits: tuple[Limit, ...], spec: tuple[int, int], record: bool) -> Decider:
+    """The decider of one limit: with ``record``, an admitted cost is appended to the log;
+    without, the state is returned as it is (the decision is the same)."""
+    limit, period = spec
+
+    def decide_one(
+        state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
+    ) -> tuple[State, Decision]:
+        base, times, totals, live, end = _live(period, state, now)  # the live entries are this window's
+        total = totals[end - 1] if end > live else base
+        used = total - base
+        if used + cost > limit:
+            if cost > limit:
+                retry = INFINITE
+            else:
+                # The entry whose expiry frees enough: cumulative cost reaches the excess.
+                retry = times[bisect_left(totals, total + cost - limit, live, end)] + period - now
+            left = limit - used  # below 0 under a limit lowered since
+            reset = times[end - 1] + period - now if used > 0 else 0
+            return state, Decision((name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None, None))
+        if not cost:
+            reset = times[end - 1] + period - now if used > 0 else 0
+            return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (reset,), None, None))
+        # A clock that stepped back must not break the order: the entry then counts a little longer.
+        stamp = now if end == live or now > times[end - 1] else times[end - 1]
+        if record:
+            state = _append(base, times, totals, live, end, stamp, total + cost)
+        used += cost
+        return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (stamp + period - now,), None, None))
+
+    return decide_one
+
+
+class SlidingWindowLog(PerLimit):
     name = "sliding_window_log"
-
-    def spec(self, name: str, limit: Limit) -> tuple[int, int]:
-        return limit.count, limit.period_us
+    width = 0
 
     def scale(self, plan: Plan) -> tuple[Any, ...]:
         """Absolute times and costs: a state means the same under any limits."""
         return ()
 
-    def decide(
-        self,
-        plan: Plan,
-        state: State,
-        now: int,
-        cost: int,
-        max_wait: int | None = None,
-        lease_id: str | None = None,
-    ) -> tuple[State, Decision]:
-        base, times, totals, live, end = _live(max(period for _, period in plan.specs), state, now)
-        total = totals[end - 1] if end > live else base
-        useds: list[int] = []
-        denied = -1
-        retry = 0
-        for i, (limit, period) in enumerate(plan.specs):
-            first = bisect_right(times, now - period, live, end)  # oldest entry inside this window
-            before = totals[first - 1] if first > live else base
-            used = total - before
-            useds.append(used)
-            if used + cost > limit:
-                if cost > limit:
-                    r = INFINITE
-                else:
-                    # The entry whose expiry frees enough: cumulative cost reaches the excess.
-                    k = bisect_left(totals, before + used + cost - limit, first, end)
-                    r = times[k] + period - now
-                if denied < 0 or later(r, retry):
-                    denied, retry = i, r
-        newest = times[end - 1] if end > live else now
-        charged = cost if denied < 0 else 0
-        if charged:
-            state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
-        remaining: list[int] = []
-        resets: list[int] = []
-        for (limit, period), used in zip(plan.specs, useds, strict=True):
-            in_window = used + charged
-            remaining.append(max(0, limit - in_window))  # a lowered limit: nothing left
-            resets.append(newest + period - now if in_window > 0 else 0)
-        decision = _make(plan.name, plan.limits, denied < 0, denied, retry, 0, tuple(remaining), tuple(resets))
-        return state, decision
-
     def compile_one(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
-        """One limit: the same steps as ``decide`` (its window is the whole live log)."""
-        limit, period = spec
+        """Admitted when the cost the window holds plus ``cost`` is at most the count."""
+        return _decider(name, limits, spec, record=True)
 
-        def decide_one(
-            state: State, now: int, cost: int, max_wait: int | None = None, lease_id: str | None = None
-        ) -> tuple[State, Decision]:
-            base, times, totals, live, end = _live(period, state, now)
+    def compile_look(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
+        return _decider(name, limits, spec, record=False)
+
+    def charge(self, plan: Plan) -> Charge:
+        """One entry for every limit, kept as long as the longest window counts it."""
+        longest = max(period for _, period in plan.specs)
+
+        def charge(state: State, now: int, cost: int) -> State:
+            base, times, totals, live, end = _live(longest, state, now)
             total = totals[end - 1] if end > live else base
-            used = total - base
-            newest = times[end - 1] if end > live else now
-            if used + cost > limit:
-                if cost > limit:
-                    retry = INFINITE
-                else:
-                    retry = times[bisect_left(totals, total + cost - limit, live, end)] + period - now
-                reset = newest + period - now if used > 0 else 0
-                left = limit - used  # below 0 under a limit lowered since
-                return state, Decision(
-                    (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (reset,), None, None)
-                )
-            if cost:
-                state, newest = _append(base, times, totals, live, end, now, newest, total + cost)
-            used += cost
-            reset = newest + period - now if used > 0 else 0
-            return state, Decision((name, limits, True, -1, 0, 0, (limit - used,), (reset,), None, None))
+            stamp = now if end == live or now > times[end - 1] else times[end - 1]
+            return _append(base, times, totals, live, end, stamp, total + cost)
 
-        return decide_one
+        return charge
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""
