@@ -11,6 +11,8 @@ import redis as redis_py
 from ratekeeper_bench import asyncio_split as split
 from ratekeeper_bench.redis import cleanup
 
+pytestmark = pytest.mark.slow  # a benchmark run
+
 URL = "redis://127.0.0.1:6379/0"
 
 

@@ -13,6 +13,8 @@ import pytest
 from ratekeeper_bench import memory, report
 from ratekeeper_bench.peers import LIBRARIES, subjects
 
+pytestmark = pytest.mark.slow  # a benchmark run
+
 
 @pytest.fixture(scope="module")
 def quick() -> memory.BenchResult:

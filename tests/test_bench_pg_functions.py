@@ -7,7 +7,7 @@ import pytest
 
 from ratekeeper_bench import pg_functions
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # slow: a benchmark run
 
 URL = "postgresql://postgres@127.0.0.1:5432/test"
 

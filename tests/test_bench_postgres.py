@@ -12,7 +12,7 @@ import pytest
 from ratekeeper_bench import postgres as bench
 from ratekeeper_bench.postgres_peers import SUBJECTS
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]  # slow: a benchmark run
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,8 @@ from ratekeeper_bench import redis as bench
 from ratekeeper_bench.latency import Sample, percentile, time_sync
 from ratekeeper_bench.redis_peers import LIBRARIES, RATEKEEPER_ALGORITHMS, floor_subjects, subjects
 
+pytestmark = pytest.mark.slow  # a benchmark run
+
 
 def test_percentile_is_the_nearest_rank_in_microseconds() -> None:
     latencies = [1000 * i for i in range(1, 101)]  # 1..100 µs

@@ -19,6 +19,8 @@ from ratekeeper.cli import build_parser
 from ratekeeper_bench import serve
 from ratekeeper_bench.serve_client import percentile
 
+pytestmark = pytest.mark.slow  # a benchmark run
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 

@@ -22,6 +22,8 @@ from ratekeeper_bench.web_apps import PATH, AppConfig
 from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, free_port
 from ratekeeper_bench.web_apps.wrk import MARKER, WrkError, find_wrk, parse_output
 
+pytestmark = pytest.mark.slow  # a benchmark run
+
 STACKS = ("starlette", "django")
 """The quick run's stacks: uvicorn + ASGI and gunicorn + Django (Flask is checked in process
 below), to stay well under a minute on a busy machine."""

@@ -127,6 +127,7 @@ def renamed_traces(draw: st.DrawFn, algorithm: str) -> Trace:
     return Trace(rules, trace.keys, trace.start, tuple(ops), (0,) * len(rules))
 
 
+@pytest.mark.slow  # hypothesis traces on every store
 @pytest.mark.parametrize("algorithm", BUCKETS + WINDOWS)
 def test_store_carries_like_the_reference_on_traces(harness: StoreHarness, algorithm: str) -> None:
     """Hypothesis traces of one rule whose limits change between operations: every

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -21,6 +22,8 @@ from ratekeeper.algorithms.base import UNBOUNDED_WAIT
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 from ratekeeper.rule import Rule
+
+pytestmark = pytest.mark.slow  # hypothesis properties of every algorithm
 
 PROPERTY_SETTINGS = settings(max_examples=200, deadline=None)
 

@@ -8,6 +8,7 @@ shrunk by hypothesis step by step. At the end every key is peeked once more.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -30,6 +31,8 @@ from conformance.traces import (
     rule_specs,
 )
 from ratekeeper.algorithms.base import UNBOUNDED_WAIT
+
+pytestmark = pytest.mark.slow  # hypothesis state machines on every store
 
 KEYS = st.integers(0, 1)
 COSTS = st.one_of(st.just(1), st.integers(0, 11))

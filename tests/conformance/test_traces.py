@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from conformance.harness import StoreHarness
 from conformance.traces import ALGORITHM_NAMES, Session, Trace, examples, traces
 
+pytestmark = pytest.mark.slow  # hypothesis traces on every store
+
 CONFORMANCE = settings(
     max_examples=examples(25),
     deadline=None,

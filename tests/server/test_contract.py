@@ -139,6 +139,7 @@ def _containers(value: Any) -> list[Any]:
     return found
 
 
+@pytest.mark.slow  # 400 hypothesis bodies
 @settings(max_examples=400, deadline=None)
 @given(data=st.data())
 def test_the_compiled_checks_pass_only_what_the_schema_interpreter_passes(data: st.DataObject) -> None:

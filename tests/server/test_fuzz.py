@@ -14,8 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 
 from .conftest import Served
+
+pytestmark = pytest.mark.slow  # schemathesis fuzzes the running service
 
 
 def schemathesis() -> list[str]:
