@@ -32,9 +32,9 @@ and per "r" op one integer: 1, but 0 for a release of a lease that key did not h
 one call that name the same key see each other's effects in order, exactly as if they
 ran one after another.
 
-Redis reads the same request in a compact form (``encode_redis``), because every argument
-of a script call costs the client a RESP frame and the server a Lua string: each rule
-once, and ops that name it by number::
+Redis reads the same request in a compact form (``encode(..., compact=True)``), because
+every argument of a script call costs the client a RESP frame and the server a Lua string:
+each rule once, and ops that name it by number::
 
     now, atomic, n_ops, n_rules
     then, per rule: algorithm, n_limits, spec (n_limits x the algorithm's spec fields)
@@ -91,13 +91,6 @@ def escape(text: str) -> str:
     return text
 
 
-_LAYOUTS = {"sliding_window_log": "\x1flog2"}
-"""Stored layouts that changed since a store first wrote an algorithm's state: the tag
-joins the storage key's digest, so a state in the old layout is never read as the new
-one (it is left to expire; that key starts afresh). The sliding log became binary
-records read and written in place (``stores/redis/lua/sliding_window_log.lua``)."""
-
-
 def _plan_part(plan: Plan) -> tuple[list[Any], str]:
     """The algorithm, limit count and spec fields of ``plan``, and the storage key's tail
     after the caller's key, ``}:<rule>:<digest>`` (kept on the plan: computed once,
@@ -108,8 +101,7 @@ def _plan_part(plan: Plan) -> tuple[list[Any], str]:
         fields: list[Any] = [plan.algorithm.name, len(plan.specs)]
         for spec in plan.specs:
             fields.extend(spec)
-        layout = plan.table + _LAYOUTS.get(plan.algorithm.name, "")
-        digest = hashlib.blake2b(layout.encode(), digest_size=6).hexdigest()
+        digest = hashlib.blake2b(plan.table.encode(), digest_size=6).hexdigest()
         part = plan.derived["wire"] = (fields, f"}}:{escape(plan.name)}:{digest}")
         return part
 
@@ -142,47 +134,16 @@ def op_fields(
     ]
 
 
-def encode(ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False) -> tuple[list[str], list[Any]]:
-    """(keys, args) for one store call deciding ``ops`` in order."""
+def encode(
+    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False, compact: bool = False
+) -> tuple[list[str], list[Any]]:
+    """(keys, args) for one store call deciding ``ops`` in order: in the full form, or in
+    the compact form that Redis reads (each rule once) when ``compact``."""
     keys: list[str] = []
     index: dict[str, int] = {}
     args: list[Any] = ["" if now is None else now, "1" if atomic else "0", len(ops)]
-    for mode, plan, key, cost, max_wait, lease_id in ops:
-        skey = storage_key(prefix, plan, key)
-        i = index.get(skey)
-        if i is None:
-            keys.append(skey)
-            i = index[skey] = len(keys)
-        args += op_fields(mode, plan, i, cost, max_wait, lease_id)
-    return keys, args
-
-
-def encode_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
-    """``encode([op], prefix, now)``, written out: the path of every single decision."""
-    mode, plan, key, cost, max_wait, lease_id = op
-    fields, tail = _plan_part(plan)
-    return [f"{prefix}{{{escape(key)}{tail}"], [
-        "" if now is None else now,
-        "0",
-        1,
-        mode,
-        1,
-        *fields,
-        cost,
-        "" if max_wait is None else max_wait,
-        "" if lease_id is None else lease_id,
-    ]
-
-
-def encode_redis(
-    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False
-) -> tuple[list[str], list[Any]]:
-    """(keys, args) for one Redis call deciding ``ops`` in order, in the compact form."""
-    keys: list[str] = []
-    index: dict[str, int] = {}
     rules: dict[int, int] = {}  # id(plan) -> its rule number (the plans live through the call)
-    args: list[Any] = ["" if now is None else now, "1" if atomic else "0", len(ops), 0]
-    body: list[Any] = []
+    body = [] if compact else args  # the compact form's rules come between the head and the ops
     for mode, plan, key, cost, max_wait, lease_id in ops:
         fields, tail = _plan_part(plan)
         skey = f"{prefix}{{{escape(key)}{tail}"
@@ -190,28 +151,35 @@ def encode_redis(
         if i is None:
             keys.append(skey)
             i = index[skey] = len(keys)
+        if not compact:
+            body += op_fields(mode, plan, i, cost, max_wait, lease_id)
+            continue
         r = rules.get(id(plan))
         if r is None:
             args += fields
             r = rules[id(plan)] = len(rules) + 1
         body += _redis_op(mode, i, r, cost, max_wait, lease_id)
-    args[3] = len(rules)
-    args += body
+    if compact:
+        args.insert(3, len(rules))
+        args += body
     return keys, args
 
 
+def encode_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
+    """``encode([op], prefix, now)``: the call of one decision."""
+    return encode((op,), prefix, now)
+
+
+def encode_redis(
+    ops: Sequence[Op], prefix: str, now: int | None = None, atomic: bool = False
+) -> tuple[list[str], list[Any]]:
+    """``encode(ops, prefix, now, atomic, compact=True)``: the Redis call deciding ``ops``."""
+    return encode(ops, prefix, now, atomic, compact=True)
+
+
 def encode_redis_one(op: Op, prefix: str, now: int | None = None) -> tuple[list[str], list[Any]]:
-    """``encode_redis([op], prefix, now)``, written out: the path of every single decision."""
-    mode, plan, key, cost, max_wait, lease_id = op
-    fields, tail = _plan_part(plan)
-    return [f"{prefix}{{{escape(key)}{tail}"], [
-        "" if now is None else now,
-        "0",
-        1,
-        1,
-        *fields,
-        *_redis_op(mode, 1, 1, cost, max_wait, lease_id),
-    ]
+    """``encode([op], prefix, now, compact=True)``: the Redis call of one decision."""
+    return encode((op,), prefix, now, compact=True)
 
 
 def _redis_op(
