@@ -10,6 +10,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only: no display, no GUI toolkit
 import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 from ratekeeper.loadtest.engine import RunResult
 
@@ -40,10 +41,7 @@ def _rates(result: RunResult, path: Path) -> Path:
         ax.set_ylabel("requests/s")
         ax.legend(fontsize=7, loc="upper right")
     axes[-1, 0].set_xlabel("second of the run")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _latencies(summary: dict[str, Any], path: Path) -> Path:
@@ -62,6 +60,11 @@ def _latencies(summary: dict[str, Any], path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_ylabel("latency from intended send, ms (log)")
     ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    """Write ``fig`` to ``path`` and free it (pyplot keeps every open figure)."""
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -78,7 +81,4 @@ def _memory(result: RunResult, path: Path) -> Path:
     ax.set_xlabel("second of the run")
     ax.set_ylabel("server RSS, MiB")
     ax.set_ylim(bottom=0)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
