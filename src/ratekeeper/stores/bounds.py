@@ -130,23 +130,7 @@ def op_problem(op: Any, now: Any = None) -> str | None:
 
 def check_op(op: Any, now: Any = None) -> None:
     """Refuse an op (or ``now``) that some store cannot decide exactly: ``InvalidRequest``
-    for this op alone, before it joins a batch. The common op passes in one expression."""
-    if (
-        not isinstance(op, tuple)
-        or len(op) != 6
-        or type(op[3]) is not int
-        or not 0 <= op[3] <= MAX_COST
-        or (op[4] is not None and (type(op[4]) is not int or not 0 <= op[4] <= MAX_WAIT))
-        or (now is not None and (type(now) is not int or not -MAX_NOW <= now <= MAX_NOW))
-        or op[0] not in MODES
-        or type(op[2]) is not str
-        or not op[2]
-        or len(op[2]) > MAX_KEY_LENGTH
-        or not (op[2].isascii() or unencodable_at(op[2]) is None)
-        or not isinstance(op[1], Plan)
-        or op[5] is not None
-        or (op[0] == REFUND and op[1].leases)
-    ):
-        problem = op_problem(op, now)
-        if problem is not None:
-            raise InvalidRequest(problem)
+    for this op alone, before it joins a batch."""
+    problem = op_problem(op, now)
+    if problem is not None:
+        raise InvalidRequest(problem)
