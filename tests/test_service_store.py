@@ -48,7 +48,7 @@ def test_concurrent_calls_on_one_key_coalesce_into_few_requests(service: Ratekee
         async with AsyncLimiter(service.admin_url) as limiter:
             rule = Rule(name, ["40/minute"], algorithm="token_bucket")
             decisions = await asyncio.gather(*(limiter.try_acquire(rule, "hot") for _ in range(100)))
-            return sum(d.allowed for d in decisions), limiter.store.calls  # type: ignore[attr-defined]
+            return sum(d.allowed for d in decisions), limiter.store.shell.calls  # type: ignore[attr-defined]
 
     admitted, requests = asyncio.run(main())
     assert 40 == admitted
@@ -149,7 +149,7 @@ def test_an_op_no_store_decides_exactly_is_refused_at_the_client_and_never_sent(
                 try:
                     with pytest.raises(InvalidRequest):
                         await (store.refund(op) if op[0] == "r" else store.decide(op))
-                    return store.calls
+                    return store.shell.calls
                 finally:
                     await store.aclose()
 
@@ -159,7 +159,7 @@ def test_an_op_no_store_decides_exactly_is_refused_at_the_client_and_never_sent(
             try:
                 with pytest.raises(InvalidRequest):
                     sync.refund(op) if op[0] == "r" else sync.decide(op)
-                calls = sync.calls
+                calls = sync.shell.calls
             finally:
                 sync.close()
         assert 0 == calls, label

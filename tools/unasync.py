@@ -69,6 +69,15 @@ _POSTGRES = {
 }
 """The PostgreSQL store's renames: its drivers (``driver_asyncio`` -> ``driver_threads``) and psycopg's classes."""
 
+_SERVICE = {
+    "AsyncServiceStore": "ServiceStore",
+    "AsyncServiceShell": "ServiceShell",
+    "shell_async": "shell",
+    "driver_asyncio": "driver_threads",
+    "AsyncClient": "Client",
+}
+"""The service store's renames: its drivers (``driver_asyncio`` -> ``driver_threads``) and httpx's client."""
+
 # (asyncio source, blocking target, the target's docstring's first line, the pair's renames)
 PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
     (
@@ -127,10 +136,16 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         _POSTGRES,
     ),
     (
-        PACKAGE / "stores" / "service" / "calls_async.py",
-        PACKAGE / "stores" / "service" / "calls.py",
-        "What the blocking service store sends and how: one ``POST /v1/store`` per call, errors.",
-        {"AsyncServiceCalls": "ServiceCalls", "AsyncClient": "Client"},
+        PACKAGE / "stores" / "service" / "shell_async.py",
+        PACKAGE / "stores" / "service" / "shell.py",
+        "How the blocking service store sends what ``ServicePlanner`` plans: one ``POST /v1/store`` per call.",
+        _SERVICE,
+    ),
+    (
+        PACKAGE / "stores" / "service" / "store_async.py",
+        PACKAGE / "stores" / "service" / "store.py",
+        "``ServiceStore``: the ratekeeper service as a store for ``Limiter`` (a planner and a shell).",
+        _SERVICE,
     ),
 ]
 

@@ -17,7 +17,8 @@ import pytest
 
 from ratekeeper import Limiter, Rule
 from ratekeeper.errors import ConfigurationError, StoreError
-from ratekeeper.stores.service.sansio import MAX_PLANS, PlanCache, ServiceOptions
+from ratekeeper.stores.service.options import ServiceOptions
+from ratekeeper.stores.service.protocol import MAX_PLANS, PlanCache
 
 from .conftest import REDIS_URL, Served
 

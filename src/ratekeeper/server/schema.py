@@ -35,7 +35,7 @@ from ratekeeper.rule import MAX_KEY_LENGTH
 from ratekeeper.server.problems import BadInput
 from ratekeeper.stores.bounds import MAX_COST as MAX_STORE_COST
 from ratekeeper.stores.bounds import MAX_LEASE_ID_LENGTH, MAX_NOW, MAX_WAIT
-from ratekeeper.stores.service.sansio import MAX_OPS, MAX_RULE_NAME, MAX_RULES, RESET
+from ratekeeper.stores.service.protocol import MAX_OPS, MAX_RULE_NAME, MAX_RULES, RESET
 
 __all__ = [
     "MAX_CHECKS",
@@ -190,7 +190,7 @@ def _store_call(explicit_now: bool) -> dict[str, Any]:
     }
     return {
         "type": "object",
-        "description": "ratekeeper.stores.service.sansio: the rules travel with the call",
+        "description": "ratekeeper.stores.service.protocol: the rules travel with the call",
         "properties": {
             "now": now,
             "atomic": {"type": "boolean", "title": "atomic", "description": "true: every op charged or none (d only)"},

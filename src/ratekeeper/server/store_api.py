@@ -1,7 +1,7 @@
 """``POST /v1/store``: the service as a store for other processes' limiters.
 
 ``Limiter("http://host:8082")`` sends its ops here (the wire: ``ratekeeper.stores.
-service.sansio``); they are decided in order on the service's own store, as the client's
+service.protocol``); they are decided in order on the service's own store, as the client's
 coalesced calls would be on Redis. The client's limiter applies its own failure policy
 and breaker: this route answers what the store did, including its failures per op.
 
@@ -33,7 +33,7 @@ from ratekeeper.errors import InvalidRequest, RateKeeperError, StoreError, Store
 from ratekeeper.op import REFUND
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.schema import check, request_schemas
-from ratekeeper.stores.service.sansio import RESET, PlanCache, encode_results, read_call
+from ratekeeper.stores.service.protocol import RESET, PlanCache, encode_results, read_call
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -48,7 +48,7 @@ PLANS = PlanCache()
 
 ACCEPTED = (
     '{"now": null, "atomic": false, "rules": [[name, algorithm, [[count, period_us, burst]]]], '
-    '"ops": [[mode, rule_index, key, cost, max_wait, lease_id]]} (ratekeeper.stores.service.sansio)'
+    '"ops": [[mode, rule_index, key, cost, max_wait, lease_id]]} (ratekeeper.stores.service.protocol)'
 )
 
 

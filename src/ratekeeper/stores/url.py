@@ -10,7 +10,7 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.stores.base import AsyncStore, InProcessAsync, InProcessStore, Store
 from ratekeeper.stores.postgres.options import POSTGRES_SCHEMES
 from ratekeeper.stores.redis.url import REDIS_SCHEMES
-from ratekeeper.stores.service.sansio import SERVICE_SCHEMES
+from ratekeeper.stores.service.options import SERVICE_SCHEMES
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
