@@ -135,11 +135,7 @@ class Limiter:
         plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        op = Op((PEEK, plan, key, cost, None, None))
-        try:
-            return self._guarded_decide(op, now)
-        except StoreError as exc:
-            return self.failure_policy.decide(rule, op, now, exc)
+        return self._decide(rule, Op((PEEK, plan, key, cost, None, None)), now)
 
     def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
@@ -252,11 +248,12 @@ class Limiter:
             except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
                 error = exc
 
-    def _decide(self, rule: Rule, op: Op) -> Decision:
+    def _decide(self, rule: Rule, op: Op, now: int | None = None) -> Decision:
+        """``op`` decided by the store behind the breaker, or by the failure policy."""
         try:
-            return self._guarded_decide(op)
+            return self._guarded_decide(op, now)
         except StoreError as exc:
-            return self.failure_policy.decide(rule, op, None, exc)
+            return self.failure_policy.decide(rule, op, now, exc)
 
     def _refund(self, rule: Rule, op: Op) -> bool:
         try:

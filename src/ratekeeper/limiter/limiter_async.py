@@ -138,11 +138,7 @@ class AsyncLimiter:
         plan = checked_plan(rule, key, cost)
         if plan is None:
             return Decision.unlimited_for(rule.name)
-        op = Op((PEEK, plan, key, cost, None, None))
-        try:
-            return await self._guarded_decide(op, now)
-        except StoreError as exc:
-            return self.failure_policy.decide(rule, op, now, exc)
+        return await self._decide(rule, Op((PEEK, plan, key, cost, None, None)), now)
 
     async def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.
@@ -255,11 +251,12 @@ class AsyncLimiter:
             except BaseException as exc:  # noqa: BLE001 - handed to the flow, which re-raises
                 error = exc
 
-    async def _decide(self, rule: Rule, op: Op) -> Decision:
+    async def _decide(self, rule: Rule, op: Op, now: int | None = None) -> Decision:
+        """``op`` decided by the store behind the breaker, or by the failure policy."""
         try:
-            return await self._guarded_decide(op)
+            return await self._guarded_decide(op, now)
         except StoreError as exc:
-            return self.failure_policy.decide(rule, op, None, exc)
+            return self.failure_policy.decide(rule, op, now, exc)
 
     async def _refund(self, rule: Rule, op: Op) -> bool:
         try:

@@ -22,15 +22,13 @@ every request instead.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, MutableMapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, Unpack
 
-from ratekeeper.config.model import HttpRule
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.limiter_async import AsyncLimiter
-from ratekeeper.web.base import LEDGER, RequestLedger
+from ratekeeper.web.base import LEDGER, CoreOptions, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.options import DenyResponse
 from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
@@ -48,65 +46,14 @@ class RateLimitMiddleware:
     store="redis://cache:6379/0")``."""
 
     def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        rules: Any,
-        store: Any = "memory://",
-        limiter: AsyncLimiter | None = None,
-        on_error: str = "allow",
-        trusted_proxies: Iterable[str] | str | None = None,
-        forwarded_header: str = "x-forwarded-for",
-        trusted_hops: int = 1,
-        ipv6_prefix: int = 64,
-        exempt_paths: Iterable[str] = (),
-        exempt_methods: Iterable[str] = (),
-        exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str] = (),
-        exempt_networks: Iterable[str] | str | None = None,
-        exempt: Callable[[RequestView], bool] | None = None,
-        user: Callable[[RequestView], str | None] | None = None,
-        key: Callable[[RequestView, HttpRule], str | None] | None = None,
-        cost: Any = None,
-        refund_statuses: Collection[int] = (),
-        shadow: bool | Iterable[str] = False,
-        ratelimit_headers: bool = True,
-        x_ratelimit_headers: bool = True,
-        x_ratelimit_reset: str = "seconds",
-        deny_response: DenyResponse | None = None,
-        metrics: Any = None,
-        reload_interval: float = 1.0,
+        self, app: ASGIApp, *, rules: Any, limiter: AsyncLimiter | None = None, **options: Unpack[CoreOptions]
     ) -> None:
-        # The options are spelled out (not **options) so that type checkers accept
-        # ``app.add_middleware(RateLimitMiddleware, rules=...)``.
+        # The options are typed (``CoreOptions``), not ``**options: Any``, so that type checkers
+        # check ``app.add_middleware(RateLimitMiddleware, rules=..., store=...)``.
         self.app = app
         self.startup_error: Exception | None = None
         try:
-            self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(
-                rules,
-                store=store,
-                limiter=limiter,
-                on_error=on_error,
-                trusted_proxies=trusted_proxies,
-                forwarded_header=forwarded_header,
-                trusted_hops=trusted_hops,
-                ipv6_prefix=ipv6_prefix,
-                exempt_paths=exempt_paths,
-                exempt_methods=exempt_methods,
-                exempt_keys=exempt_keys,
-                exempt_networks=exempt_networks,
-                exempt=exempt,
-                user=user,
-                key=key,
-                cost=cost,
-                refund_statuses=refund_statuses,
-                shadow=shadow,
-                ratelimit_headers=ratelimit_headers,
-                x_ratelimit_headers=x_ratelimit_headers,
-                x_ratelimit_reset=x_ratelimit_reset,
-                deny_response=deny_response,
-                metrics=metrics,
-                reload_interval=reload_interval,
-            )
+            self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(rules, limiter=limiter, **options)
         except (ConfigurationError, OSError) as exc:
             self._core = None
             self.startup_error = exc

@@ -89,7 +89,7 @@ import os
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
 from ratekeeper.config.native import load_rules
@@ -125,13 +125,42 @@ from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
 if TYPE_CHECKING:
     from ratekeeper.web.core_async import AsyncRateLimitCore
 
-__all__ = ["LEDGER", "BaseRateLimitCore", "CheckFlow", "RequestLedger", "WebMetrics"]
+__all__ = ["LEDGER", "BaseRateLimitCore", "CheckFlow", "CoreOptions", "RequestLedger", "WebMetrics"]
 
 CheckFlow = Generator[Step, Sequence[BatchDecision | Decision], Verdict]
 """Yields the calls of the request's transaction (``ratekeeper.limiter.transaction``);
 receives their answers; returns the verdict."""
 
 L = TypeVar("L", Limiter, AsyncLimiter)
+
+
+class CoreOptions(TypedDict, total=False):
+    """The options of the core besides ``rules`` and ``limiter``, with their types; what
+    each does and its default: the module docstring. Every integration takes them as
+    keywords and hands them on."""
+
+    store: Any
+    on_error: str
+    trusted_proxies: Iterable[str] | str | None
+    forwarded_header: str
+    trusted_hops: int
+    ipv6_prefix: int
+    exempt_paths: Iterable[str]
+    exempt_methods: Iterable[str]
+    exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str]
+    exempt_networks: Iterable[str] | str | None
+    exempt: Callable[[RequestView], bool] | None
+    user: Callable[[RequestView], str | None] | None
+    key: Callable[[RequestView, HttpRule], str | None] | None
+    cost: CostOption | Mapping[str, CostOption] | None
+    refund_statuses: Collection[int]
+    shadow: bool | Iterable[str]
+    ratelimit_headers: bool
+    x_ratelimit_headers: bool
+    x_ratelimit_reset: str
+    deny_response: DenyResponse | None
+    metrics: Any
+    reload_interval: float
 
 
 class WebMetrics(Protocol):
@@ -160,45 +189,27 @@ class BaseRateLimitCore(Generic[L]):
     limiter_class: type[L]
     """The limiter the subclass decides with: ``Limiter`` or ``AsyncLimiter``."""
 
-    def __init__(
-        self,
-        rules: Any,
-        *,
-        store: Any = "memory://",
-        limiter: L | None = None,
-        on_error: str = "allow",
-        trusted_proxies: Iterable[str] | str | None = None,
-        forwarded_header: str = "x-forwarded-for",
-        trusted_hops: int = 1,
-        ipv6_prefix: int = 64,
-        exempt_paths: Iterable[str] = (),
-        exempt_methods: Iterable[str] = (),
-        exempt_keys: Mapping[str, Iterable[str] | str] | Iterable[str] = (),
-        exempt_networks: Iterable[str] | str | None = None,
-        exempt: Callable[[RequestView], bool] | None = None,
-        user: Callable[[RequestView], str | None] | None = None,
-        key: Callable[[RequestView, HttpRule], str | None] | None = None,
-        cost: CostOption | Mapping[str, CostOption] | None = None,
-        refund_statuses: Collection[int] = (),
-        shadow: bool | Iterable[str] = False,
-        ratelimit_headers: bool = True,
-        x_ratelimit_headers: bool = True,
-        x_ratelimit_reset: str = "seconds",
-        deny_response: DenyResponse | None = None,
-        metrics: Any = None,
-        reload_interval: float = 1.0,
-    ) -> None:
+    def __init__(self, rules: Any, *, limiter: L | None = None, **options: Unpack[CoreOptions]) -> None:
+        unknown_options = options.keys() - CoreOptions.__optional_keys__
+        if unknown_options:
+            raise TypeError(f"{type(self).__name__}() got unexpected options: {', '.join(sorted(unknown_options))}")
         try:
-            self.header_options = HeaderOptions(ratelimit_headers, x_ratelimit_headers, x_ratelimit_reset)  # type: ignore[arg-type]
+            self.header_options = HeaderOptions(
+                options.get("ratelimit_headers", True),
+                options.get("x_ratelimit_headers", True),
+                options.get("x_ratelimit_reset", "seconds"),  # type: ignore[arg-type]
+            )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
-        self.metrics = metrics
+        metrics = self.metrics = options.get("metrics")
         # Optional on a metrics object (``Metrics`` has it): looked up once, not per request.
         self._decision_time: Callable[[float, bool], None] | None = getattr(metrics, "decision_time", None)
         self.owns_limiter = limiter is None  # close only a limiter made here
         kind = self.limiter_class
         if limiter is None:
-            limiter = kind(store, on_error=on_error, observer=metrics)
+            limiter = kind(
+                options.get("store", "memory://"), on_error=options.get("on_error", "allow"), observer=metrics
+            )
         elif not isinstance(limiter, kind):
             raise ConfigurationError(
                 f"{type(self).__name__} decides with a {kind.__name__}: pass one as limiter=, "
@@ -206,23 +217,29 @@ class BaseRateLimitCore(Generic[L]):
             )
         self.limiter: L = limiter
         self.client = ClientAddress(
-            Networks(trusted_proxies, what="trusted_proxies"), ipv6_prefix, forwarded_header, trusted_hops
+            Networks(options.get("trusted_proxies"), what="trusted_proxies"),
+            options.get("ipv6_prefix", 64),
+            options.get("forwarded_header", "x-forwarded-for"),
+            options.get("trusted_hops", 1),
         )
-        self.exempt_paths = tuple(PathTemplate.parse(p) for p in strings(exempt_paths, "exempt_paths"))
-        self.exempt_methods = frozenset(m.upper() for m in strings(exempt_methods, "exempt_methods"))
-        self.exempt_keys, self.exempt_parts = parse_exempt_keys(exempt_keys)
-        self.exempt_networks = Networks(exempt_networks, what="exempt_networks")
-        self.exempt = exempt
-        self.user = user
-        self.key = key
-        self.cost = cost_option(cost)
-        self.refund_statuses = frozenset(refund_statuses)
+        self.exempt_paths = tuple(
+            PathTemplate.parse(p) for p in strings(options.get("exempt_paths", ()), "exempt_paths")
+        )
+        self.exempt_methods = frozenset(m.upper() for m in strings(options.get("exempt_methods", ()), "exempt_methods"))
+        self.exempt_keys, self.exempt_parts = parse_exempt_keys(options.get("exempt_keys", ()))
+        self.exempt_networks = Networks(options.get("exempt_networks"), what="exempt_networks")
+        self.exempt = options.get("exempt")
+        self.user = options.get("user")
+        self.key = options.get("key")
+        self.cost = cost_option(options.get("cost"))
+        self.refund_statuses = frozenset(options.get("refund_statuses", ()))
+        shadow = options.get("shadow", False)
         self.shadow_all = shadow is True
         self.shadow_names = frozenset() if isinstance(shadow, bool) else frozenset(strings(shadow, "shadow"))
-        self.ratelimit_headers = ratelimit_headers
-        self.x_ratelimit_headers = x_ratelimit_headers
-        self.deny_response = deny_response
-        self._source = _RulesSource(rules, metrics, reload_interval)
+        self.ratelimit_headers = options.get("ratelimit_headers", True)
+        self.x_ratelimit_headers = options.get("x_ratelimit_headers", True)
+        self.deny_response = options.get("deny_response")
+        self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0))
         self._reported: RuleSet | None = None
         self._report_rules(self._source.current())
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
