@@ -83,8 +83,8 @@ def test_cluster_batch_refused_on_one_slot_charges_no_other_slot(cluster_store: 
 
 def test_cluster_batch_with_a_failing_slot_refunds_the_others_and_raises(cluster_store: RedisStore) -> None:
     """One slot's call fails (its key holds what the script cannot read): the slots that
-    charged are refunded and the caller gets that slot's StoreError (before: the error
-    was raised and the other slots stayed charged)."""
+    charged are refunded and the caller gets that slot's StoreError (the other slots
+    do not stay charged)."""
     plan = Rule("many-fail", ["3/hour"], algorithm="fixed_window").plan
     a, b, c = _keys_on_distinct_slots(cluster_store, plan, 3)
     _poison(cluster_store, plan, c)
@@ -96,8 +96,8 @@ def test_cluster_batch_with_a_failing_slot_refunds_the_others_and_raises(cluster
 
 def test_cluster_coalesced_calls_fail_only_for_the_slot_that_failed(redis_cluster_url: str, key_prefix: str) -> None:
     """Ops of several slots share one pipeline; one slot's call fails: only its callers get
-    the error, the others their decisions (before: every caller got the error, though
-    their ops had been charged)."""
+    the error, the others their decisions (their ops were charged: an error would hide
+    that)."""
 
     async def run() -> None:
         store = AsyncRedisStore(redis_cluster_url, prefix=f"{key_prefix}:", max_in_flight=1)
@@ -140,7 +140,7 @@ def test_cluster_pipeline_reloads_the_library_on_the_one_node_that_lost_it(
 
 def test_no_free_connection_is_a_store_timeout_that_names_max_connections(key_prefix: str) -> None:
     """Every connection of the pool is busy: a caller waits the timeout for one, then gets
-    StoreTimeout saying so (before: "Redis is unreachable", which also counted as an outage)."""
+    StoreTimeout saying so, not "Redis is unreachable" (this process's load is no outage)."""
     store = RedisStore(URL, prefix=f"{key_prefix}:", max_connections=1, batching=False, timeout=0.3)
     taken = store.shell.client.connection_pool.get_connection()  # the only connection, held here
     try:
@@ -156,8 +156,8 @@ def test_no_free_connection_is_a_store_timeout_that_names_max_connections(key_pr
 
 
 def test_cluster_client_errors_are_store_errors(key_prefix: str) -> None:
-    """redis-py's Cluster exceptions are not RedisError: they are translated too (before:
-    a RedisClusterException reached the caller, past the failure policy)."""
+    """redis-py's Cluster exceptions are not RedisError: they are translated too (else a
+    RedisClusterException would reach the caller, past the failure policy)."""
     import redis.exceptions as rexc
 
     from ratekeeper.stores.redis.errors import store_errors, translate
@@ -173,8 +173,8 @@ def test_cluster_client_errors_are_store_errors(key_prefix: str) -> None:
 def test_sentinel_call_after_a_timed_out_one_reads_its_own_reply(fresh_sentinel_set: Any, key_prefix: str) -> None:
     """A read that timed out behind Sentinel drops its connection: the next call never reads
     the late reply of the call before it as its own (redis-py's sync Sentinel connection
-    kept the connection, and with timeouts no longer retried the next call on it got the
-    stale reply: another key's decision)."""
+    keeps the connection: ``SentinelReadDisconnect``; the next call on it would get the
+    stale reply, another key's decision)."""
     store = RedisStore(fresh_sentinel_set.sentinel_url(), prefix=f"{key_prefix}:", timeout=0.3, batching=False)
     one = Rule("one-limit", ["7/hour"], algorithm="fixed_window").plan
     two = Rule("two-limits", ["3/hour", "50/day"], algorithm="fixed_window").plan

@@ -147,7 +147,7 @@ def test_async_batch_over_several_masters_is_all_or_nothing(
 
 
 # A key that begins with "}" would, unescaped, give an empty hash tag (the whole name is
-# then hashed, and each rule of the key lands on a slot of its own): issue 9, item 3.
+# then hashed, and each rule of the key lands on a slot of its own).
 @pytest.mark.parametrize("key", ["tenant-9", "}tenant", "}", "a}b", "{x}", "x\x00}y", "%7D"])
 def test_every_rule_of_one_key_shares_its_slot_and_one_call_decides_them(
     redis_cluster: RedisCluster, limiter: Limiter, key_prefix: str, key: str

@@ -98,8 +98,8 @@ def store(key_prefix: str) -> Iterator[RedisStore]:
 def test_a_thread_interrupted_while_queued_hands_its_place_on(store: RedisStore) -> None:
     """A thread interrupted (KeyboardInterrupt) while its op waits in the queue withdraws
     it: the threads queued after it still get their decisions and the store stays usable
-    (before: the interrupted thread was later made the lead of a call it never sent, and
-    every thread queued with it waited forever)."""
+    (it is never made the lead of a call it would not send, which would leave every thread
+    queued with it waiting)."""
     gate = _Gate(store)
     first, first_out = _in_thread(lambda: store.decide(Op.decide(PLAN, "k", 1), EPOCH_US))
     assert gate.entered.wait(BOUND)
@@ -136,8 +136,8 @@ def test_a_thread_interrupted_while_queued_hands_its_place_on(store: RedisStore)
 
 def test_a_queued_thread_waits_at_most_the_timeout_and_its_op_is_not_sent(key_prefix: str) -> None:
     """Behind a call that does not return, a queued thread gets StoreTimeout after the
-    store's timeout (before: it waited as long as the call in flight), and its op is
-    withdrawn, so it charges nothing."""
+    store's timeout (not as long as the call in flight), and its op is withdrawn, so it
+    charges nothing."""
     store = RedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1, timeout=0.3)
     gate = _Gate(store)
     first, first_out = _in_thread(lambda: store.decide(Op.decide(PLAN, "k", 1), EPOCH_US))
@@ -325,8 +325,8 @@ def test_aclose_answers_every_queued_op_before_closing(key_prefix: str) -> None:
 
 def test_a_store_used_on_a_second_event_loop_says_so_instead_of_hanging(key_prefix: str) -> None:
     """redis-py's connections belong to one loop: a second loop gets a RuntimeError that
-    says what to do (before: "Event loop is closed" from redis-py, or a hang when the
-    first loop had left a flush scheduled)."""
+    says what to do (not "Event loop is closed" from redis-py, nor a hang when the first
+    loop left a flush scheduled)."""
     store = AsyncRedisStore(URL, prefix=f"{key_prefix}:")
 
     async def once() -> bool:

@@ -14,6 +14,7 @@ their order inside their call.
 
 from __future__ import annotations
 
+from binascii import crc_hqx
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from ratekeeper.stores.redis.url import RedisTarget, parse_redis_url
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["Call", "RedisPlanner", "row"]
+__all__ = ["Call", "RedisPlanner", "key_slot", "row"]
 
 
 class Call:
@@ -83,8 +84,6 @@ class RedisPlanner:
             return [Call(_ALONE, ops, keys, args, script_of(op[1].algorithm.name))]
         if not self.cluster:
             return [self._call(tuple(range(len(ops))), ops, now, atomic)]
-        from redis.crc import key_slot  # a pure function of the key's bytes
-
         groups: dict[int, list[int]] = {}
         for i, op in enumerate(ops):
             slot = key_slot(wire.storage_key(self.prefix, op[1], op[2]).encode())
@@ -154,3 +153,14 @@ def row(op: wire.Op) -> tuple[str, str]:
     table (the rule's name, algorithm and scale, which the storage key's digest stands
     for) and its key."""
     return op[1].table, op[2]
+
+
+def key_slot(key: bytes) -> int:
+    """The Cluster hash slot of ``key``: CRC16 (XMODEM) of its hash tag (the text between its
+    first ``{`` and the next ``}``, when not empty), else of the whole key, modulo 16384."""
+    start = key.find(b"{")
+    if start > -1:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            key = key[start + 1 : end]
+    return crc_hqx(key, 0) % 16384

@@ -1,5 +1,6 @@
-"""The asyncio store sends its coalesced decision calls on lanes: connections of its pool
-held for them (at most ``max_in_flight``), not the client's ``execute_command``. A lane
+"""The stores send their coalesced decision calls on lanes (``lane_async.py`` and its
+generated twin ``lane.py``): connections of the pool held for them (at most
+``max_in_flight``), not the client's ``execute_command``. A lane
 whose connection was lost connects again and the call is sent again, as the client would;
 ``aclose`` gives the lanes back to the pool.
 
@@ -9,13 +10,16 @@ Each test runs on a private ``redis-server`` (``redis_server``): it kills connec
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import redis
 
-from ratekeeper import AsyncLimiter, Rule
+from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.stores.redis.lane import Lane
 from ratekeeper.stores.redis.lane_async import AsyncLane
+from ratekeeper.stores.redis.store import RedisStore
 from ratekeeper.stores.redis.store_async import AsyncRedisStore
 from servers import RedisServer
 
@@ -68,3 +72,27 @@ def test_a_lane_whose_connection_was_killed_connects_again_and_no_caller_sees_it
             await limiter.aclose()
 
     assert asyncio.run(run()) == [True] * 40
+
+
+def test_threads_send_their_coalesced_calls_on_at_most_max_in_flight_lanes_and_close_returns_them(
+    redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limiter = Limiter(f"{redis_server.url}?max_in_flight=2", prefix="lanes:")
+    store = limiter.store
+    assert isinstance(store, RedisStore)
+    sent: list[Lane] = []
+    original = Lane.execute_command
+
+    def spy(lane: Lane, *args: Any) -> Any:
+        sent.append(lane)
+        return original(lane, *args)
+
+    monkeypatch.setattr(Lane, "execute_command", spy)
+    with ThreadPoolExecutor(8) as threads:
+        decisions = list(threads.map(lambda i: limiter.try_acquire(RULE, f"k{i % 7}"), range(300)))
+    assert all(d.allowed for d in decisions)
+    lanes = {id(lane) for lane in sent}
+    assert 1 <= len(lanes) <= 2  # every decision call went on a lane; never more lanes than slots
+    assert {id(lane) for lane in store.shell.lanes} == lanes  # idle, holding their connections
+    limiter.close()
+    assert store.shell.lanes == []
