@@ -35,7 +35,6 @@ PACKAGE = ROOT / "src" / "ratekeeper"
 NAMES: dict[str, str] = {
     "AsyncStore": "Store",
     "open_async_store": "open_store",
-    "run_async": "run_sync",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
     "aclose": "close",

@@ -27,12 +27,11 @@ The pieces:
   and after it the queued ops that share its ``now``, at most ``max_batch``, in arrival
   order; an op that must stay (another ``now``, a busy row, a full call) keeps every
   later op of its row back, so the ops of one row always apply in arrival order. With
-  ``spread`` (the asyncio Redis store), a call takes at most its share of the ops queued and in flight (their
-  number over ``max_in_flight``), so that the calls overlap at even sizes: the client reads
-  one call's answers while the server decides the other's, where one call of every queued
-  op leaves the client idle while the server works, and the server while the client does.
-  (Threads gain nothing from it: a thread's own work holds the GIL, and 16 threads on a hot
-  key measured 8 % slower with it.)
+  ``spread`` (the asyncio Redis store), a call takes at most its share of the ops queued and
+  in flight (their number over ``max_in_flight``), so that the calls overlap at even sizes:
+  the client reads one call's answers while the server decides the other's, where one call
+  of every queued op leaves the client idle while the server works, and the server while
+  the client does. (Threads gain nothing from it: a thread's own work holds the GIL.)
 - ``ThreadCoalescer`` (``coalescing_threads.py``): a lone caller with nothing queued and
   a slot free sends at once and pays nothing more than two lock round trips; the others
   queue, and when a call returns the next call is sent by its first still-waiting caller
