@@ -12,10 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.postgres.errors import applied_nothing, store_down
-from ratekeeper.stores.postgres.planner import MAX_BATCH, row
+from ratekeeper.stores.postgres.planner import queue
 from ratekeeper.stores.postgres.sockets import sever
 
 if TYPE_CHECKING:
@@ -72,10 +71,9 @@ async def exec_prepared(conn: Any, name: bytes, params: Sequence[str]) -> Any:
 def coalescer(
     run: Callable[[Sequence[wire.Op], int | None], Awaitable[Sequence[Decision | bool]]], options: PostgresOptions
 ) -> AsyncCoalescer[wire.Op, Decision | bool]:
-    """How concurrent calls wait their turn (``stores/coalescing.py``): at most
-    ``max_in_flight`` statements, one per row."""
+    """How concurrent tasks wait their turn in ``queue``: as futures on the loop."""
     return AsyncCoalescer(
-        Coalescer(options.max_in_flight, MAX_BATCH, row, one_call_per_row=True),
+        queue(options),
         run,
         store_down,
         options.timeout,

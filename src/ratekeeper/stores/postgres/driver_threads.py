@@ -14,10 +14,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
 from ratekeeper.stores.postgres.errors import applied_nothing, store_down
-from ratekeeper.stores.postgres.planner import MAX_BATCH, row
+from ratekeeper.stores.postgres.planner import queue
 from ratekeeper.stores.postgres.sockets import disown, sever
 
 if TYPE_CHECKING:
@@ -92,16 +91,8 @@ def exec_prepared(conn: Any, name: bytes, params: Sequence[str]) -> Any:
 def coalescer(
     run: Callable[[Sequence[wire.Op], int | None], Sequence[Decision | bool]], options: PostgresOptions
 ) -> ThreadCoalescer[wire.Op, Decision | bool]:
-    """How concurrent calls wait their turn (``stores/coalescing.py``): at most
-    ``max_in_flight`` statements, one per row."""
-    return ThreadCoalescer(
-        Coalescer(options.max_in_flight, MAX_BATCH, row, one_call_per_row=True),
-        run,
-        store_down,
-        options.timeout,
-        "PostgreSQL",
-        applied_nothing,
-    )
+    """How concurrent threads wait their turn in ``queue``: the first queued sends for all."""
+    return ThreadCoalescer(queue(options), run, store_down, options.timeout, "PostgreSQL", applied_nothing)
 
 
 def bind(calls: ThreadCoalescer[wire.Op, Decision | bool]) -> None:

@@ -66,7 +66,7 @@ class PostgresOptions:
     has a statement out);
     ``synchronous_commit`` (default false) makes each decision wait for its WAL flush
     (off, a crash of the server may forget the last few milliseconds of charges, never
-    corrupt a state; each decision is about a millisecond faster on a disk that syncs).
+    corrupt a state).
     libpq's own query parameters (``sslmode``, ``application_name``, ...) pass through.
     """
 

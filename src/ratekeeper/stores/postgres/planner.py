@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
+from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.postgres.options import PostgresOptions, statement_ms
 from ratekeeper.stores.postgres.schema import ALGORITHM_FILES, marker, migration_sql
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
     from ratekeeper.decision import Decision
 
-__all__ = ["MAX_BATCH", "MAX_COST", "PostgresPlanner", "gcra_reply", "row"]
+__all__ = ["MAX_BATCH", "MAX_COST", "PostgresPlanner", "gcra_reply", "queue", "row"]
 
 MAX_BATCH = 256
 """The most ops one coalesced statement carries."""
@@ -245,3 +246,9 @@ def row(op: wire.Op) -> tuple[str, str]:
     one's row lock on the server, so the ops for a busy row queue in the process instead
     and go together in the next statement."""
     return op[1].table, op[2]
+
+
+def queue(options: PostgresOptions) -> Coalescer[wire.Op, Any]:
+    """The queue of concurrent calls (``stores/coalescing.py``): at most ``max_in_flight``
+    statements out, ``MAX_BATCH`` ops each, and one per row (``row``)."""
+    return Coalescer(options.max_in_flight, MAX_BATCH, row, one_call_per_row=True)

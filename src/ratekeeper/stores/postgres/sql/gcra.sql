@@ -167,7 +167,7 @@ $$;
 -- parsing, slots and dispatch, and with the least arithmetic: it answers
 -- "<allowed 1/0>,<ahead>" (ahead = the theoretical arrival time before the op minus now,
 -- in 1/d µs: tat - now * d), from which the client computes the reply's other fields
--- with the reference's own integer steps (postgres_core.gcra_reply).
+-- with the reference's own integer steps (planner.gcra_reply).
 --   request  given now ("" = clock_timestamp()), mode, n, d, capacity, tau, cost,
 --            max_wait ("" = none), joined by commas
 -- How it stays exact: a "d" op locks its row (SELECT ... FOR UPDATE: the latest version)
@@ -177,7 +177,6 @@ $$;
 -- winner's row, with the clock read again. Nothing is written when the op is refused or
 -- costs nothing, and a "p" op locks nothing. One new row in 8 also sweeps idle rows
 -- (@table@_decide: one call in 64).
-DROP FUNCTION IF EXISTS @schema@.@table@_gcra1(text, text);  -- its first version
 CREATE OR REPLACE FUNCTION @schema@.@table@_gcra_one(k text, request text) RETURNS text
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -1,6 +1,6 @@
 -- ratekeeper PostgreSQL store: the schema, the state table and the shared helpers.
 --
--- Placeholders, each a name between two at-signs, replaced by ratekeeper.stores.postgres.sansio
+-- Placeholders, each a name between two at-signs, replaced by ratekeeper.stores.postgres.schema
 -- before running (names checked to be plain identifiers): the schema, the state table, and
 -- "UNLOGGED" or nothing (an UNLOGGED table skips the WAL: faster, emptied after a crash).
 --
@@ -54,12 +54,6 @@ CREATE INDEX IF NOT EXISTS @table@_log_last_t ON @schema@.@table@_log (key, last
 -- One key's working copy inside a call (PL/pgSQL arrays of it).
 DO $$
 BEGIN
-    IF to_regtype('@schema@.rk_slot') IS NOT NULL AND NOT EXISTS (
-        SELECT 1 FROM pg_attribute WHERE attrelid = (SELECT typrelid FROM pg_type WHERE oid = to_regtype('@schema@.rk_slot'))
-        AND attname = 'expires'
-    ) THEN
-        DROP TYPE @schema@.rk_slot;  -- an older version's: no column uses it
-    END IF;
     IF to_regtype('@schema@.rk_slot') IS NULL THEN
         CREATE TYPE @schema@.rk_slot AS (
             state  numeric[],   -- the state being decided on (NULL: never used or whole)

@@ -18,9 +18,6 @@
 -- so one more is admitted); a request is admitted when count + cost <= limit. Exact
 -- integer arithmetic in numeric, as the Python reference.
 
--- an earlier version's float estimate, no longer used
-DROP FUNCTION IF EXISTS @schema@.rk_swc_estimate(numeric, numeric, numeric, numeric);
-
 -- How the arithmetic stays exact and cheap: products of a count and a period are numeric
 -- (they pass bigint); a quotient is div() of numerics, which truncates: floor for a >= 0,
 -- and ceil(a / b) = div(a + b - 1, b) for a > 0 (every quotient below is of such values).
