@@ -517,6 +517,23 @@ def test_breaker_options_are_checked() -> None:
         CircuitBreaker(cool_down=float("nan"))
 
 
+def test_a_breaker_around_a_store_call_refuses_while_open_and_counts_a_success() -> None:
+    """``with breaker:`` is ``check`` before the call and ``record_success`` after an answer;
+    a failure is left to the failure policy that handles it."""
+    clock = FakeClock()
+    breaker = CircuitBreaker(1, cool_down=1.0, clock=clock)
+    with pytest.raises(StoreError), breaker:
+        raise StoreError("down")
+    assert CLOSED == breaker.state  # not recorded by the context manager
+    breaker.record_failure()
+    with pytest.raises(CircuitOpen), breaker:
+        raise AssertionError("the call is not made while the breaker is open")
+    clock.advance(1.0)
+    with breaker:  # the probe
+        pass
+    assert CLOSED == breaker.state
+
+
 def test_a_breaker_serves_one_limiter() -> None:
     breaker = CircuitBreaker()
     Limiter(breaker=breaker)

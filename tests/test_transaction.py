@@ -48,3 +48,25 @@ def test_both_drivers_charge_nothing_for_a_refused_request() -> None:
         return got
 
     assert [True, False, False] == asyncio.run(main())
+
+
+def test_the_asyncio_driver_runs_the_calls_of_a_step_together() -> None:
+    """Two peeks of one step are both under way before either answers (each waits for the
+    other: run one after the other, they would wait for ever)."""
+    rules = [Rule("tx.a", "1/minute"), Rule("tx.b", "1/minute")]
+
+    class Together:
+        def __init__(self) -> None:
+            self.entered = 0
+            self.both = asyncio.Event()
+
+        async def peek(self, rule: Rule, key: str, cost: int) -> Decision:
+            self.entered += 1
+            if self.entered == len(rules):
+                self.both.set()
+            await asyncio.wait_for(self.both.wait(), 5)
+            return Decision.make(rule.name, rule.limits, True, 0, 0, 0, (0,), (60_000_000,))
+
+    flow = transaction([Entry(rule, "k", peek=True) for rule in rules])
+    outcome = asyncio.run(drive_async.drive(Together(), flow))  # type: ignore[arg-type]
+    assert outcome.allowed

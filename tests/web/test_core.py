@@ -190,6 +190,11 @@ def test_the_wrong_kind_of_limiter_is_refused() -> None:
         RateLimitCore([], limiter=AsyncLimiter("memory://"))  # type: ignore[arg-type]
 
 
+def test_an_unknown_option_is_refused_by_name() -> None:
+    with pytest.raises(TypeError, match="exempt_path"):
+        RateLimitCore([], exempt_path=["/health"])  # type: ignore[call-arg]
+
+
 def closed_port() -> int:
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
