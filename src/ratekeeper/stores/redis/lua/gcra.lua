@@ -93,6 +93,25 @@ local function gcra_refund(specs, n, state, now, cost, lease)
   return gcra_state(now, aheads, n, specs)
 end
 
+-- The end of a decision shared by GCRA and the leaky bucket: when admitted, each limit's
+-- ahead charged cost (the state rewritten only for a cost) and the reply's delay; else the
+-- state as it was, the limit that denied and the retry. Then the stats (gcra_stats).
+local function gcra_finish(specs, n, state, now, cost, aheads, out, at, admitted, denied, retry, delay)
+  if admitted then
+    local new = state
+    if cost > 0 then
+      for i = 1, n do
+        aheads[i] = aheads[i] + cost * specs[4 * i - 3]
+      end
+      new = gcra_state(now, aheads, n, specs)
+    end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, delay
+    return new, true, gcra_stats(specs, n, aheads, out, at)
+  end
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
+  return state, false, gcra_stats(specs, n, aheads, out, at)
+end
+
 ALGORITHMS["gcra"] = {
   arity = 4,
   head = 1,
@@ -121,19 +140,9 @@ ALGORITHMS["gcra"] = {
         end
       end
     end
-    if (not infinite) and wait <= (max_wait or 0) then
-      local new = state
-      if cost > 0 then
-        for i = 1, n do
-          aheads[i] = aheads[i] + cost * specs[4 * i - 3]
-        end
-        new = gcra_state(now, aheads, n, specs)
-      end
-      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, wait
-      return new, true, gcra_stats(specs, n, aheads, out, at)
-    end
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, infinite and INFINITE or wait, 0
-    return state, false, gcra_stats(specs, n, aheads, out, at)
+    local admitted = (not infinite) and wait <= (max_wait or 0)
+    local retry = infinite and INFINITE or wait
+    return gcra_finish(specs, n, state, now, cost, aheads, out, at, admitted, denied, retry, wait)
   end,
   refund = gcra_refund,
 }

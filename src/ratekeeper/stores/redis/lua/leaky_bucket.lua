@@ -7,11 +7,11 @@
 --                                            -- ahead = (time the queue is empty) - t0, in 1/d µs,
 --                                            -- with the scale (carried as GCRA's)
 --
--- The state, its relative form (exact with epoch µs), the stats and the refund are GCRA's
--- (the helpers of gcra.lua); only when a request may leave differs. An admitted request
--- gets delay = the time until the queue ahead of it has drained; a refused one gets
--- retry = when the queue has room for it and (if the caller bounds its wait by max_wait)
--- is short enough. The decisions are the reference's, field by field.
+-- The state, its relative form (exact with epoch µs), the end of a decision, the stats and
+-- the refund are GCRA's (the helpers of gcra.lua); only when a request may leave differs.
+-- An admitted request gets delay = the time until the queue ahead of it has drained; a
+-- refused one gets retry = when the queue has room for it and (if the caller bounds its
+-- wait by max_wait) is short enough. The decisions are the reference's, field by field.
 
 ALGORITHMS["leaky_bucket"] = {
   arity = 4,
@@ -44,19 +44,7 @@ ALGORITHMS["leaky_bucket"] = {
         end
       end
     end
-    if denied < 0 then
-      local new = state
-      if cost > 0 then
-        for i = 1, n do
-          aheads[i] = aheads[i] + cost * specs[4 * i - 3]
-        end
-        new = gcra_state(now, aheads, n, specs)
-      end
-      out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, delay
-      return new, true, gcra_stats(specs, n, aheads, out, at)
-    end
-    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 0, denied, retry, 0
-    return state, false, gcra_stats(specs, n, aheads, out, at)
+    return gcra_finish(specs, n, state, now, cost, aheads, out, at, denied < 0, denied, retry, delay)
   end,
   refund = gcra_refund,
 }
