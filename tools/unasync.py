@@ -98,6 +98,12 @@ PAIRS: list[tuple[Path, Path, str, dict[str, str]]] = [
         {"AsyncRateLimitCore": "RateLimitCore", "AsyncLimiter": "Limiter", "limiter_async": "limiter", **_DRIVE},
     ),
     (
+        PACKAGE / "stores" / "coalescing_driver_async.py",
+        PACKAGE / "stores" / "coalescing_driver.py",
+        "``Driver``: what the thread driver of ``Coalescer`` holds, and how it sends one call.",
+        {"AsyncDriver": "Driver"},
+    ),
+    (
         PACKAGE / "limiter" / "store_wrappers_async.py",
         PACKAGE / "limiter" / "store_wrappers.py",
         "The stores a ``Limiter`` wraps around its own: ``ObservedStore`` and ``OverLimitCache``.",

@@ -19,16 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from ratekeeper.stores.coalescing import (
-    Coalescer,
-    Reply,
-    apart,
-    held_weakly,
-    interrupted,
-    needs_apart,
-    splitter,
-    too_late,
-)
+from ratekeeper.stores.coalescing import Coalescer, interrupted, too_late
+from ratekeeper.stores.coalescing_driver_async import AsyncDriver
 
 __all__ = ["AsyncCoalescer"]
 
@@ -36,7 +28,7 @@ OpT = TypeVar("OpT")
 R = TypeVar("R")
 
 
-class AsyncCoalescer(Generic[OpT, R]):
+class AsyncCoalescer(AsyncDriver[OpT, "asyncio.Future[Any]"], Generic[OpT, R]):
     """Coalesces the calls of many tasks over ``core``; ``run(ops, now)`` sends one call
     (a bound method is held weakly: its object, the store, owns this driver).
 
@@ -55,12 +47,7 @@ class AsyncCoalescer(Generic[OpT, R]):
         loop_error: str,
         applied_nothing: Callable[[BaseException], bool] | None = None,
     ) -> None:
-        self.core = core
-        self._run, self._owner = held_weakly(run)
-        self._store_down = store_down
-        self._may_split = splitter(applied_nothing)
-        self.timeout = timeout
-        self.name = name
+        super().__init__(core, run, store_down, timeout, name, applied_nothing)
         self._loop_error = loop_error
         self._loop: asyncio.AbstractEventLoop | None = None
         self._clock: Callable[[], float] = time.monotonic
@@ -138,15 +125,7 @@ class AsyncCoalescer(Generic[OpT, R]):
                     ops, futures = [op for op, _ in kept], [g for _, g in kept]
                     break
             if ops:
-                try:
-                    results = await self._run(self._owner(), ops, now)
-                except Exception as exc:
-                    if len(ops) < 2 or not self._may_split(exc):
-                        raise
-                    results = await self._apart(ops, now, exc)  # no caller gets another's error
-                else:
-                    if len(ops) > 1 and needs_apart(results, self._may_split):
-                        results = await self._apart(ops, now, results)
+                results = await self._send(ops, now)
                 for f, result in zip(futures, results, strict=True):
                     if not f.done():
                         if isinstance(result, Exception):  # its own failure (a Cluster slot's call, or its op's)
@@ -163,21 +142,6 @@ class AsyncCoalescer(Generic[OpT, R]):
                 raise
         finally:
             self._finish(started, failure)
-
-    async def _apart(self, ops: Sequence[OpT], now: int | None, first: Reply) -> list[Any]:
-        """Each op's result or its own error, after the call of all of them replied ``first``
-        (see ``apart`` in ``coalescing.py``)."""
-        plan = apart(ops, first, self._may_split, self._store_down)
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    reply: Reply = await self._run(self._owner(), call, now)
-                except Exception as exc:  # noqa: BLE001 (handed to that call's ops alone)
-                    reply = exc
-                call = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
 
     def _ended(
         self, started: list[OpT], futures: list[asyncio.Future[Any]], ran: list[bool], task: asyncio.Task[None]

@@ -15,16 +15,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from ratekeeper.stores.coalescing import (
-    Coalescer,
-    Reply,
-    apart,
-    held_weakly,
-    interrupted,
-    needs_apart,
-    splitter,
-    too_late,
-)
+from ratekeeper.stores.coalescing import Coalescer, interrupted, too_late
+from ratekeeper.stores.coalescing_driver import Driver
 
 __all__ = ["ThreadCoalescer"]
 
@@ -50,7 +42,7 @@ class _Waiter:
         self.gone = False
 
 
-class ThreadCoalescer(Generic[OpT, R]):
+class ThreadCoalescer(Driver[OpT, _Waiter], Generic[OpT, R]):
     """Coalesces the calls of many threads over ``core``; ``run(ops, now)`` sends one call
     (a bound method is held weakly: its object, the store, owns this driver).
 
@@ -67,12 +59,7 @@ class ThreadCoalescer(Generic[OpT, R]):
         name: str,
         applied_nothing: Callable[[BaseException], bool] | None = None,
     ) -> None:
-        self.core = core
-        self._run, self._owner = held_weakly(run)
-        self._store_down = store_down
-        self._may_split = splitter(applied_nothing)
-        self.timeout = timeout
-        self.name = name
+        super().__init__(core, run, store_down, timeout, name, applied_nothing)
         self._lock = threading.Lock()
 
     def submit(self, op: OpT, now: int | None) -> R:
@@ -126,15 +113,7 @@ class ThreadCoalescer(Generic[OpT, R]):
             if any(w.gone for w in waiters):  # withdrawn since the call was taken: not sent
                 kept = [(op, w) for op, w in zip(started, waiters, strict=True) if not w.gone]
                 ops, waiters = [op for op, _ in kept], [w for _, w in kept]
-            try:
-                results = self._run(self._owner(), ops, now)
-            except Exception as exc:
-                if len(ops) < 2 or not self._may_split(exc):
-                    raise
-                results = self._apart(ops, now, exc)  # no caller gets another's error
-            else:
-                if len(ops) > 1 and needs_apart(results, self._may_split):
-                    results = self._apart(ops, now, results)
+            results = self._send(ops, now)
             for w, result in zip(waiters, results, strict=True):
                 if isinstance(result, Exception):  # that op's own failure (a Cluster slot's call, or its own op's)
                     w.error = result
@@ -155,21 +134,6 @@ class ThreadCoalescer(Generic[OpT, R]):
         if me.error is not None:
             raise me.error
         return me.result  # type: ignore[return-value]
-
-    def _apart(self, ops: Sequence[OpT], now: int | None, first: Reply) -> list[Any]:
-        """Each op's result or its own error, after the call of all of them replied ``first``
-        (see ``apart`` in ``coalescing.py``)."""
-        plan = apart(ops, first, self._may_split, self._store_down)
-        try:
-            call = next(plan)
-            while True:
-                try:
-                    reply: Reply = self._run(self._owner(), call, now)
-                except Exception as exc:  # noqa: BLE001 (handed to that call's ops alone)
-                    reply = exc
-                call = plan.send(reply)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
 
     def _finish(self, ops: Sequence[OpT], failure: BaseException | None) -> None:
         """A call returned: its slot (and rows) are free again; see ``_hand_on``."""
