@@ -32,6 +32,9 @@ The pieces:
   the client reads one call's answers while the server decides the other's, where one call
   of every queued op leaves the client idle while the server works, and the server while
   the client does. (Threads gain nothing from it: a thread's own work holds the GIL.)
+- ``AsyncDriver`` / ``Driver`` (``coalescing_driver_async.py`` and its generated twin
+  ``coalescing_driver.py``): what both drivers hold, and how one call is sent and, when
+  one op failed it, its ops decided again apart.
 - ``ThreadCoalescer`` (``coalescing_threads.py``): a lone caller with nothing queued and
   a slot free sends at once and pays nothing more than two lock round trips; the others
   queue, and when a call returns the next call is sent by its first still-waiting caller
