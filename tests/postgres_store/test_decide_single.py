@@ -7,7 +7,8 @@ one through the general function with the very same request, in one statement; t
 replies, the stored rows (state, leases) and a sliding log's segments must be equal after
 every op, each decision equal to the reference's, and ``expires_at`` must follow the
 general function's rule in both. Refunds take the general path on both sides. Plus the
-routing itself, the race of two calls creating one row, and the store's own clock.
+race of two calls creating one row, and the store's own clock (the routing itself:
+``test_planner.py``).
 """
 
 from __future__ import annotations
@@ -213,39 +214,6 @@ def test_single_path_keeps_a_long_sliding_log_as_the_general_path(schemas: tuple
     written, sealed = differential(schemas, long_log_ops(random.Random("single-long"), 1500))
     assert written >= 500
     assert sealed >= 4  # windows started inside sealed segments, and segments were sealed and dropped
-
-
-def test_lone_decides_and_peeks_take_the_single_path() -> None:
-    planner = PostgresPlanner(f"{PG_URL}?schema=rk_routing&prefix=p:")
-    plan = Rule("tb", ["5/s", "20/min"], "token_bucket").plan
-    gcra_one = Rule("g", ["5/s"], "gcra").plan
-    gcra_two = Rule("g2", ["5/s", "20/min"], "gcra").plan
-    leases = Rule("c", ["3/min"], "concurrency").plan
-    key = wire.storage_key("p:", plan, "k")
-    assert planner.plan([Op.decide(plan, "k", 2)], 7) == (
-        planner.decide_single_sql,
-        (key, "7,0,1,d,1," + tb(plan) + ",2,,"),
-    )
-    assert planner.plan([Op.peek(plan, "k", 1)], None) == (
-        planner.decide_single_sql,
-        (key, ",0,1,p,1," + tb(plan) + ",1,,"),
-    )
-    assert planner.plan([Op.decide(plan, "k", 2)], 7, atomic=True)[1] == (key, "7,1,1,d,1," + tb(plan) + ",2,,")
-    assert planner.plan([Op.decide(plan, "k", 1 << 70)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},{1 << 62},,"
-    assert planner.plan([(wire.DECIDE, plan, "k", 1, 500, None)], 7)[1][1] == f"7,0,1,d,1,{tb(plan)},1,500,"
-    lease_op: wire.Op = (wire.DECIDE, leases, "k", 1, None, "a,b%c")
-    assert planner.plan([lease_op], 7)[1][1].endswith(",1,,a%2Cb%25c")  # as the general path escapes it
-    assert planner.plan([Op.decide(gcra_one, "k", 1)], 7)[0] == planner.gcra_one_sql
-    assert planner.plan([Op.decide(gcra_two, "k", 1)], 7)[0] == planner.decide_single_sql
-    assert planner.plan([(wire.REFUND, plan, "k", 1, None, None)], 7)[0] == planner.decide_one_sql
-    assert planner.plan([Op.decide(plan, "k", 1), Op.decide(plan, "k", 1)], 7)[0] == planner.decide_one_sql
-    assert planner.plan([Op.decide(plan, "k", 1), Op.decide(plan, "j", 1)], 7)[0] == planner.decide_sql
-    assert planner.decide_single_sql in planner.prepared  # the shells run it by name
-
-
-def tb(plan: Any) -> str:
-    """A plan's algorithm, limit count and spec fields as the request spells them."""
-    return ",".join(map(str, [plan.algorithm.name, len(plan.specs), *(x for spec in plan.specs for x in spec)]))
 
 
 @pytest.mark.parametrize("first_commits", [True, False])
