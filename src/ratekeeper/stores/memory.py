@@ -293,6 +293,8 @@ class MemoryStore:
                 now = (_monotonic_ns() + EPOCH_OFFSET_NS) // 1000 if self._system_clock else self._now()
             state = stripe.young.get(key, _MISSING)
             if state is not _MISSING:
+                # A key of the young generation, the common case: written in place, without
+                # the calls of ``load`` and ``store`` (which the other keys take).
                 new, decision = plan.decide(state, now, cost, max_wait, lease_id)
                 if new is not state and commit:
                     stripe.young[key] = new
