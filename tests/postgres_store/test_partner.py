@@ -96,6 +96,7 @@ def _deadlocks_since(offset: int, needle: str) -> int:
     return sum(needle in "\n".join(record.splitlines()[:20]) for record in records)
 
 
+@pytest.mark.slow  # a load run: two processes under a ramp for several seconds
 def test_two_instances_under_a_ramping_load_admit_the_limit_without_errors_or_deadlocks(
     pg_url: str, schema: str
 ) -> None:
