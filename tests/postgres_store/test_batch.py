@@ -6,8 +6,9 @@ from __future__ import annotations
 from ratekeeper import Rule
 from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
+from ratekeeper.stores.postgres import planner
 from ratekeeper.stores.postgres.errors import store_down, translate
-from ratekeeper.stores.postgres.planner import MAX_BATCH, row
+from ratekeeper.stores.postgres.options import PostgresOptions
 
 PLAN = Rule("batch", ["5/s"]).plan
 
@@ -17,8 +18,8 @@ def op(key: str) -> wire.Op:
 
 
 def batch(max_in_flight: int) -> Coalescer[wire.Op, str]:
-    """The PostgreSQL store's queue: rows from ``planner.row``, one statement per row at a time."""
-    return Coalescer(max_in_flight, MAX_BATCH, row, one_call_per_row=True)
+    """The PostgreSQL store's queue (``planner.queue``): one statement per row at a time."""
+    return planner.queue(PostgresOptions("postgresql://nobody@127.0.0.1:1/none", max_in_flight=max_in_flight))
 
 
 def test_a_busy_rows_ops_wait_and_then_go_together_in_order() -> None:
