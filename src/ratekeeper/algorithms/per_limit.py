@@ -16,7 +16,7 @@ answers (``combined``) into one transaction, by the rules every algorithm keeps:
 The state of a key is either split, ``width`` fields per limit that no other limit reads
 (flat: ``(*part_0, *part_1, ...)``; the window counters and the buckets), or shared by
 every limit (``width`` 0: the sliding window log), whose limits' deciders then only look
-(``compile_look``) and the admitted cost is recorded once (``charge``).
+and the admitted cost is recorded once (``charge``).
 """
 
 from __future__ import annotations
@@ -61,27 +61,14 @@ class PerLimit(Algorithm):
         parts = (self.refund_one(spec, state[i * w : (i + 1) * w], now, cost) for i, spec in enumerate(plan.specs))
         return tuple(chain.from_iterable(parts))
 
-    def compile_look(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
-        """A shared state's decider of one limit that returns the state unchanged and
-        decides as ``compile_one`` does (``width`` 0 only)."""
-        raise NotImplementedError
-
-    def charge(self, plan: Plan) -> Charge:
-        """How ``plan`` records an admitted cost in a shared state (``width`` 0 only)."""
-        raise NotImplementedError
-
     def compile(self, plan: Plan) -> Decider:
         if len(plan.specs) == 1:
             return self.compile_one(plan.name, plan.limits, plan.specs[0])
         pairs = zip(plan.limits, plan.specs, strict=True)
-        if self.width:
-            ones = tuple(self.compile_one(plan.name, (limit,), spec) for limit, spec in pairs)
-            return combined(plan, ones, self.width, None)
-        looks = tuple(self.compile_look(plan.name, (limit,), spec) for limit, spec in pairs)
-        return combined(plan, looks, 0, self.charge(plan))
+        return combined(plan, tuple(self.compile_one(plan.name, (limit,), spec) for limit, spec in pairs), self.width)
 
 
-def combined(plan: Plan, ones: tuple[Decider, ...], width: int, charge: Charge | None) -> Decider:
+def combined(plan: Plan, ones: tuple[Decider, ...], width: int, charge: Charge | None = None) -> Decider:
     """The decider of ``plan`` from the deciders of its limits, in order: each limit's
     ``width`` fields of the state, or (``width`` 0) the whole state for each and
     ``charge`` to record an admitted cost (see the module docstring)."""

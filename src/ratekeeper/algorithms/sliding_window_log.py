@@ -22,7 +22,7 @@ from bisect import bisect_left, bisect_right
 from typing import Any
 
 from ratekeeper.algorithms.base import Decider, Plan, State
-from ratekeeper.algorithms.per_limit import Charge, PerLimit
+from ratekeeper.algorithms.per_limit import PerLimit, combined
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
 
@@ -97,11 +97,13 @@ class SlidingWindowLog(PerLimit):
         """Admitted when the cost the window holds plus ``cost`` is at most the count."""
         return _decider(name, limits, spec, record=True)
 
-    def compile_look(self, name: str, limits: tuple[Limit, ...], spec: Any) -> Decider:
-        return _decider(name, limits, spec, record=False)
-
-    def charge(self, plan: Plan) -> Charge:
-        """One entry for every limit, kept as long as the longest window counts it."""
+    def compile(self, plan: Plan) -> Decider:
+        """Several limits look at the one log; an admitted cost is one entry for all of them,
+        kept as long as the longest window counts it."""
+        if len(plan.specs) == 1:
+            return self.compile_one(plan.name, plan.limits, plan.specs[0])
+        pairs = zip(plan.limits, plan.specs, strict=True)
+        looks = tuple(_decider(plan.name, (limit,), spec, record=False) for limit, spec in pairs)
         longest = max(period for _, period in plan.specs)
 
         def charge(state: State, now: int, cost: int) -> State:
@@ -110,7 +112,7 @@ class SlidingWindowLog(PerLimit):
             stamp = now if end == live or now > times[end - 1] else times[end - 1]
             return _append(base, times, totals, live, end, stamp, total + cost)
 
-        return charge
+        return combined(plan, looks, 0, charge)
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""
