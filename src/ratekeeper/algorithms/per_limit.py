@@ -100,7 +100,7 @@ def combined(plan: Plan, ones: tuple[Decider, ...], width: int, charge: Charge |
             # is, which its decider gives for cost 0 (a cost of 0 charges nothing).
             delay = 0
             for i, (one, a, b) in enumerate(spans):
-                if answers[i][2]:
+                if answers[i][2] and cost:
                     answers[i] = one(state if state is None or not width else state[a:b], now, 0, None, None)[1]
         remaining = tuple([answer[6][0] for answer in answers])
         resets = tuple([answer[7][0] for answer in answers])
