@@ -69,16 +69,16 @@ class TokenBucket(Bucket):
                 last = now if now > state[1] else state[1]
             need = cost * n
             wait = 0 if level >= need else -((level - need) // d)
-            if wait == 0 or (max_wait is not None and wait <= max_wait and cost <= cap):
+            if cost <= cap and (wait == 0 or (max_wait is not None and wait <= max_wait)):
                 level -= need
                 left = level // n  # below 0 past a reservation
                 return (level, last, spec) if cost else state, Decision(
-                    (name, limits, True, -1, 0, wait, (left if left > 0 else 0,), (-((level - full) // d),), None, None)
+                    (name, limits, True, -1, 0, wait, (left if left > 0 else 0,), (-((level - full) // d) if level < full else 0,), None, None)
                 )
             retry = INFINITE if cost > cap else wait
             left = level // n
             return state, Decision(
-                (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-((level - full) // d),), None, None)
+                (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-((level - full) // d) if level < full else 0,), None, None)
             )
 
         return decide_one
