@@ -1,7 +1,7 @@
 """``ratekeeper bench STORE``: measure ratekeeper against its peers.
 
 The harness is ``ratekeeper_bench``, a distribution of its own in the repository
-(``bench/``, installed by the ``bench`` extra). This is the only module of the package
+(``bench/``, installed with ``pip install -e ./bench``). This is the only module of the package
 that imports it, and only when the command line is built; without it, the command says
 how to install it and exits with status 2.
 """
@@ -16,7 +16,7 @@ __all__ = ["add_parser", "run"]
 EPILOG = "What each cell measures, and how to read the report: docs/benchmarks.md."
 INSTALL = (
     "ratekeeper bench needs the benchmark harness, ratekeeper-bench, which is not part of ratekeeper's wheel: "
-    "in a clone of the repository, install it with pip install -e '.[bench]' (or pip install -e ./bench)"
+    "in a clone of the repository, install it with pip install -e ./bench"
 )
 
 
