@@ -30,7 +30,14 @@ async def decide_together(limiter: AsyncLimiter, items: Sequence[Item]) -> Outco
     the policy's decisions (``fallback`` set) are returned like any other.
     """
     start = perf_counter()
-    outcome = await run_transaction(limiter, items)
+    if len(items) == 1 and not items[0].shadow and not items[0].peek:
+        # One enforced check is the transaction's one ``try_acquire``: called directly, the
+        # request skips the transaction's generator and the one-item batch around it.
+        item = items[0]
+        decision = await limiter.try_acquire(item.rule, item.key, item.cost)
+        outcome = Outcome(decision.allowed, (item,), (decision,))
+    else:
+        outcome = await run_transaction(limiter, items)
     # The observer is the service's Metrics (a limiter of code may have another kind).
     timed = getattr(limiter.observer, "decision_time", None)
     if timed is not None:

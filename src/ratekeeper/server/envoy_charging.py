@@ -28,7 +28,6 @@ one of them is over (a shadow one is never over).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ratekeeper.errors import RateKeeperError
+from ratekeeper.limiter.acompat import agather
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
@@ -136,7 +136,8 @@ async def _peeked(limiter: AsyncLimiter, slot: Slot) -> Verdict:
 
 
 async def _each(limiter: AsyncLimiter, slots: Sequence[Slot]) -> list[Verdict]:
-    return list(await asyncio.gather(*(_alone(limiter, slot) for slot in slots)))
+    # agather awaits a lone descriptor (most requests) without a task of its own.
+    return await agather(*(_alone(limiter, slot) for slot in slots))
 
 
 async def _batch(limiter: AsyncLimiter, slots: Sequence[Slot], indexes: Sequence[int]) -> dict[int, Verdict]:
