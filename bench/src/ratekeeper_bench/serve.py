@@ -34,9 +34,12 @@ not the service, is what bounds its rate, and the report says so.
 
 Before a case is timed it is probed (200 and an allowed decision, 429 for a spent rule;
 gRPC ``OK`` or ``OVER_LIMIT``; a batch of 100 decisions); a case that fails is reported,
-not measured. The targets (memory store): ``/v1/check`` >= 60 % of ``/healthz`` requests/s
-and >= 10,000 decisions/s, batches >= 100,000 decisions/s, gRPC >= 5,000 calls/s, p99 <
-5 ms at half the peak rate, each shown met or missed.
+not measured. The targets (memory store), each a ratio of two cases of the same server and
+run, judged on requests/s and on requests per second of the service's CPU time, and each
+printed met or not met: ``/v1/check`` >= 0.6x ``GET /healthz``; a decision inside a batch
+of 100 costs at most 0.1x a 1-check request; gRPC ``ShouldRateLimit`` >= 0.9x gRPC
+``Health/Check`` (both under h2load); and p99 < 5 ms at half the peak rate, over HTTP and
+over gRPC.
 
 The CLI calls ``add_arguments(parser)`` and ``run(args)``; progress goes to standard
 error, the tables to standard output (and to ``--markdown PATH``).
@@ -116,9 +119,11 @@ PACED = {
 """The paced runs, in order: the peak they halve is /v1/check's (``http``, ``healthz``) or gRPC's."""
 
 HEALTHZ_SHARE = 0.60
-CHECK_DECISIONS = 10_000
-BATCH_DECISIONS = 100_000
-GRPC_CALLS = 5_000
+"""``/v1/check`` requests/s over ``GET /healthz`` requests/s, at least."""
+BATCH_DECISION_COST = 0.10
+"""The cost of a decision inside a batch over that of a 1-check request, at most."""
+GRPC_HEALTH_SHARE = 0.90
+"""``ShouldRateLimit`` calls/s over gRPC ``Health/Check`` calls/s (h2load both), at least."""
 HALF_PEAK_P99_MS = 5.0
 
 
@@ -200,14 +205,26 @@ class CaseResult:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A target: the measured value, the threshold, met or not (None: not measured), and
-    the same figure per second of the service's CPU time."""
+    """A target: what it compares, its threshold, the figure measured on requests/s and
+    the same on requests per second of the service's CPU time (``None``: not measured);
+    ``at_most``: the figure must not pass the threshold (a cost), else it must reach it."""
 
     what: str
-    measured: str
-    threshold: str
-    met: bool | None
-    per_cpu: str = "-"
+    threshold: float
+    measured: float | None
+    per_cpu: float | None = None
+    at_most: bool = False
+    unit: str = "x"
+
+    def met(self, value: float | None) -> bool | None:
+        if value is None:
+            return None
+        return value <= self.threshold if self.at_most else value >= self.threshold
+
+    @property
+    def bound(self) -> str:
+        sign = ("≤" if self.unit == "x" else "<") if self.at_most else "≥"
+        return f"{sign} {self.threshold:.2f}{'x' if self.unit == 'x' else ' ' + self.unit}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,47 +283,46 @@ class ServeBenchResult:
         return next((p for p in self.paced if p.what == what and p.store == store), None)
 
     def targets(self) -> list[Target]:
-        """The targets, on the memory store's results; ``met`` None when not measured."""
+        """Issue 20's targets, on the memory store's results (``measured`` None when a case
+        they compare did not run)."""
         check, healthz = self.result("check", "memory"), self.result("healthz", "memory")
         batch = self.result("batch", "memory")
-        grpc = max(
-            (r for k in ("grpc", "grpc_keys") if (r := self.result(k, "memory")) is not None),
-            key=lambda r: r.rate,
-            default=None,
-        )
-        out: list[Target] = []
-        if check and healthz and healthz.rate > 0:
-            share = check.rate / healthz.rate
-            per_cpu = (check.per_cpu_second or 0) / (healthz.per_cpu_second or 1)
-            what = "/v1/check requests/s over /healthz requests/s"
-            out.append(Target(what, f"{share:.0%}", f"≥ {HEALTHZ_SHARE:.0%}", share >= HEALTHZ_SHARE, f"{per_cpu:.0%}"))
-        for what, result, threshold in (
-            ("/v1/check decisions/s (1 check per request)", check, CHECK_DECISIONS),
-            (f"/v1/check decisions/s ({BATCH} checks per request)", batch, BATCH_DECISIONS),
-            ("gRPC ShouldRateLimit calls/s (best client)", grpc, GRPC_CALLS),
-        ):
-            if result is None:
-                out.append(Target(what, "n/a", f"≥ {threshold:,}", None))
-                continue
-            rate_per_cpu = result.per_cpu_second
-            projected = "n/a" if rate_per_cpu is None else report.format_rate(rate_per_cpu * result.case.kind.decisions)
-            met = result.decision_rate >= threshold
-            out.append(Target(what, report.format_rate(result.decision_rate), f"≥ {threshold:,}", met, projected))
+        grpc, grpc_health = self.result("grpc", "memory"), self.result("grpc_health", "memory")
+        out = [
+            Target("/v1/check requests/s over GET /healthz requests/s", HEALTHZ_SHARE, *_ratios(check, healthz)),
+            Target(
+                f"a decision in a batch of {BATCH}: its cost over a 1-check request's",
+                BATCH_DECISION_COST,
+                *_ratios(check, batch, BATCH),
+                at_most=True,
+            ),
+            Target(
+                "gRPC ShouldRateLimit calls/s over gRPC Health/Check calls/s (h2load)",
+                GRPC_HEALTH_SHARE,
+                *_ratios(grpc, grpc_health),
+            ),
+        ]
         for kind, name in (("http", "/v1/check"), ("grpc", "gRPC ShouldRateLimit")):
             paced = self.paced_run(kind, "memory")
             p99 = None if paced is None else paced.load.p99_us / 1000
-            out.append(
-                Target(
-                    f"{name} p99 at half the peak rate",
-                    "n/a" if p99 is None else f"{p99:.2f} ms",
-                    f"< {HALF_PEAK_P99_MS:g} ms",
-                    None if p99 is None else p99 < HALF_PEAK_P99_MS,
-                )
-            )
+            out.append(Target(f"{name} p99 at half the peak rate", HALF_PEAK_P99_MS, p99, at_most=True, unit="ms"))
         return out
 
     def to_markdown(self) -> str:
         return render_markdown(self)
+
+
+def _ratios(
+    ours: CaseResult | None, floor: CaseResult | None, per_request: int = 1
+) -> tuple[float | None, float | None]:
+    """``ours`` over ``floor`` (``floor``'s rate times ``per_request``: its decisions), on
+    requests/s and per second of the service's CPU time; None where either is missing."""
+    if ours is None or floor is None or floor.rate <= 0:
+        return None, None
+    rate = ours.rate / (floor.rate * per_request)
+    ours_cpu, floor_cpu = ours.per_cpu_second, floor.per_cpu_second
+    per_cpu = None if not ours_cpu or not floor_cpu else ours_cpu / (floor_cpu * per_request)
+    return rate, per_cpu
 
 
 # -- probing -------------------------------------------------------------------------------
@@ -609,6 +625,16 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.2f}"
 
 
+def _figure(target: Target, value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.2f}x" if target.unit == "x" else f"{value:.2f} {target.unit}"
+
+
+def _verdict(met: bool | None) -> str:
+    return "not measured" if met is None else ("met" if met else "**not met**")
+
+
 def render_markdown(result: ServeBenchResult) -> str:
     """The report: machine and settings, the peak table, the paced table, the targets."""
     s = result.settings
@@ -701,15 +727,16 @@ def render_markdown(result: ServeBenchResult) -> str:
         "",
         "### Targets (memory store)",
         "",
-        "*per server CPU-s*: the same figure per second of the service's CPU time, i.e. what it would reach "
-        "with CPU 0 to itself (a projection, for a machine where other processes took part of CPU 0).",
+        "Each ratio compares two cases of the same server in this run. *per server CPU-s*: the same ratio "
+        "of requests per second of the service's CPU time, i.e. of what each case would reach with CPU 0 to "
+        "itself (steadier than requests/s when other processes took part of CPU 0).",
         "",
-        "| target | measured | threshold | met | per server CPU-s |",
-        "| --- | ---: | ---: | --- | ---: |",
+        "| target | threshold | measured | met | per server CPU-s | met |",
+        "| --- | ---: | ---: | --- | ---: | --- |",
     ]
     for t in result.targets():
-        verdict = "not measured" if t.met is None else ("met" if t.met else "**missed**")
-        out.append(f"| {t.what} | {t.measured} | {t.threshold} | {verdict} | {t.per_cpu} |")
+        per_cpu = "- | -" if t.unit != "x" else f"{_figure(t, t.per_cpu)} | {_verdict(t.met(t.per_cpu))}"
+        out.append(f"| {t.what} | {t.bound} | {_figure(t, t.measured)} | {_verdict(t.met(t.measured))} | {per_cpu} |")
     out.append("")
     if result.skipped:
         out += ["Not measured:", ""]
