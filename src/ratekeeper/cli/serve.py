@@ -40,6 +40,8 @@ ENV = {
     "over_limit_cache": "RATEKEEPER_OVER_LIMIT_CACHE",
     "merge_domains": "MERGE_DOMAIN_CONFIG",
     "shadow_mode": "SHADOW_MODE",
+    "otel": "RATEKEEPER_OTEL",
+    "workers": "RATEKEEPER_WORKERS",
 }
 """The environment variable read for each option the command line leaves out."""
 
@@ -54,13 +56,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "serve",
         help="serve rate-limit decisions over HTTP (JSON) and gRPC (Envoy's rate-limit service)",
         description=(
-            "Serve rate-limit decisions, in one process: the decision surface over HTTP (POST /v1/check, "
-            "/v1/peek, Envoy's POST /json, GET /healthz, /readyz, /openapi.json) and Envoy's gRPC rate-limit "
-            "service with gRPC health checking; the admin surface on its own port (POST /v1/reset, "
-            "/v1/refund, GET /v1/rules, /metrics, and /v1/store with --store-api). Without --rules it serves "
-            "example rules on the memory store and prints them. SIGHUP reloads the rules, TLS and token "
-            "files (a rules change is also picked up within a second); SIGTERM stops gracefully. Each "
-            "option falls back to an environment variable: "
+            "Serve rate-limit decisions, in one process (or --workers N): the decision surface over "
+            "HTTP (POST /v1/check, /v1/peek, Envoy's POST /json, GET /healthz, /readyz, /openapi.json) and "
+            "Envoy's gRPC rate-limit service with gRPC health checking; the admin surface on its own port "
+            "(POST /v1/reset, /v1/refund, GET /v1/rules, /metrics, and /v1/store with --store-api). Without "
+            "--rules it serves example rules on the memory store and prints them. SIGHUP reloads the rules, "
+            "TLS and token files (a rules change is also picked up within a second); SIGTERM stops "
+            "gracefully. Each option falls back to an environment variable: "
             + ", ".join(f"{v} (--{k.replace('_', '-')})" for k, v in ENV.items())
             + "; the tokens themselves may be given in "
             + " and ".join(TOKENS_ENV.values())
@@ -91,6 +93,21 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "request is refused (Envoy's SHADOW_MODE)",
     )
     p.add_argument("--store", help="store URL (default: memory://)")
+    p.add_argument(
+        "--otel",
+        action="store_true",
+        default=None,
+        help="also export the metrics and a span per decision through OpenTelemetry, to the exporters the "
+        "standard OTEL_* variables name (needs opentelemetry-sdk and the exporter; see docs/observability.md)",
+    )
+    p.add_argument(
+        "--workers",
+        metavar="N",
+        help="serve with N processes sharing the decision HTTP and gRPC ports (SO_REUSEPORT) under one "
+        "supervisor that restarts a worker that dies and passes SIGHUP and SIGTERM on; worker i serves the "
+        "admin surface on --admin-port + i; needs a shared store (redis://, postgresql://), not memory:// "
+        "(default: 1, one process; see docs/deployment.md)",
+    )
     p.add_argument("--host", help="address of the decision surface, HTTP and gRPC (default: 127.0.0.1)")
     p.add_argument("--http-port", help="decision surface HTTP port (default: 8080; 0 picks a free one; off)")
     p.add_argument("--grpc-port", help="gRPC port (default: 8081; 0 picks a free one; off)")
@@ -240,5 +257,6 @@ def run(args: argparse.Namespace) -> int:
         envoy_charging=service_charging(args.envoy_charging, env),
         merge_domains=_flag(args.merge_domains, env.get(ENV["merge_domains"])),
         shadow_mode=_flag(args.shadow_mode, env.get(ENV["shadow_mode"])),
+        otel=_flag(args.otel, env.get(ENV["otel"])),
     )
-    return serve(settings)
+    return serve(settings, workers=int(number("workers", 1, integer=True)))

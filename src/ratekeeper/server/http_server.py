@@ -264,11 +264,15 @@ def raise_open_files_limit() -> int:
     return int(soft)
 
 
-def bind(host: str, port: int, what: str) -> socket.socket:
-    """A listening-ready socket on ``host:port``; a busy port is a clear ``OSError``."""
+def bind(host: str, port: int, what: str, reuse_port: bool = False) -> socket.socket:
+    """A listening-ready socket on ``host:port``; a busy port is a clear ``OSError``.
+    ``reuse_port``: other processes of this user may listen on the same port
+    (``SO_REUSEPORT``, the workers of ``ratekeeper serve --workers``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:

@@ -24,12 +24,14 @@ import dataclasses
 import ipaddress
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.metrics import Metrics
+from ratekeeper.otel import from_environment as otel_from_environment
 from ratekeeper.server.auth import TokenSource
 from ratekeeper.server.envoy import overrides_of
 from ratekeeper.server.envoy_charging import set_service_charging
@@ -44,7 +46,7 @@ from ratekeeper.server.store_api import PLANS
 from ratekeeper.server.surfaces import ADMIN, DECISION, Surface
 from ratekeeper.server.tls import TlsFiles, TlsState
 
-__all__ = ["GRACE", "Settings", "run", "serve"]
+__all__ = ["GRACE", "Settings", "run", "run_loop", "serve"]
 
 GRACE = 10.0
 """Seconds requests in flight get to finish after SIGTERM."""
@@ -92,6 +94,8 @@ class Settings:
     envoy_charging: str | None = None  # None: each Envoy file's own, else "envoy"
     merge_domains: bool = False
     shadow_mode: bool = False
+    otel: bool = False  # the metrics and a span per decision through OpenTelemetry too (OTEL_* variables)
+    reuse_port: bool = False  # a worker of several (supervisor.py): its ports are the supervisor's
 
 
 @dataclass(slots=True)
@@ -116,7 +120,8 @@ class _Listener:
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     """Run the service until SIGTERM or SIGINT; ``ready`` is set once both servers listen."""
     configure()
-    metrics = Metrics()
+    otel, shutdown_otel = otel_from_environment() if settings.otel else (None, None)
+    metrics = Metrics(otel=otel)
     files = (
         RulesFiles(list(settings.rules), merge_domains=settings.merge_domains, shadow=settings.shadow_mode)
         if settings.rules
@@ -140,6 +145,8 @@ async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
         await _run(service, settings, ready)
     finally:
         await limiter.aclose()
+        if shutdown_otel is not None:
+            shutdown_otel()  # exports what is still buffered
 
 
 async def _run(service: Service, settings: Settings, ready: asyncio.Event | None) -> None:
@@ -159,7 +166,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
     listeners: list[_Listener] = []
     try:
         for surface, host, port in serving:
-            sock = bind(host, port, f"{surface.name} HTTP")
+            sock = bind(host, port, f"{surface.name} HTTP", reuse_port=settings.reuse_port)
             server = http_server(HttpApp(service, surface), limits, tls.context if tls else None, GRACE)
             listeners.append(_Listener(surface, host, sock, server))
     except BaseException:
@@ -362,20 +369,41 @@ def _try_it(settings: Settings) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(settings: Settings) -> int:
-    """``ratekeeper serve``: print the example rules when no file is given, serve until
-    stopped; 0 after a clean stop, 2 when the service cannot start."""
-    if not settings.rules:
-        print("ratekeeper serve: no --rules file, serving the example rules:\n")
-        print(EXAMPLE_RULES)
-        print(EXAMPLE_ENVOY)
-        print(_try_it(settings), flush=True)
+def run_loop(main: Callable[[], Coroutine[Any, Any, None]], what: str = "serve") -> int:
+    """Run ``main()`` on a new event loop (uvloop when installed): 0 once it returns, 2 when
+    the service cannot start (the reason logged and printed)."""
     try:
         with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-            runner.run(serve(settings))
+            runner.run(main())
     except (ConfigurationError, OSError) as exc:
-        configure()
-        log("start", level="error", ok=False, error=str(exc))
-        print(f"ratekeeper serve: {exc}", file=sys.stderr)
-        return 2
+        return _cannot_start(exc, what)
     return 0
+
+
+def _cannot_start(exc: Exception, what: str = "serve") -> int:
+    configure()
+    log("start", level="error", ok=False, error=str(exc))
+    print(f"ratekeeper {what}: {exc}", file=sys.stderr)
+    return 2
+
+
+def run(settings: Settings, workers: int = 1) -> int:
+    """``ratekeeper serve``: print the example rules when no file is given, serve until
+    stopped (``workers`` processes under a supervisor when above 1, ``supervisor.py``);
+    0 after a clean stop, 2 when the service cannot start."""
+    from ratekeeper.server.supervisor import memory_refused, supervise
+
+    try:
+        problem = memory_refused(settings.store, workers)
+        if problem is not None:
+            raise ConfigurationError(problem)
+        if not settings.rules:
+            print("ratekeeper serve: no --rules file, serving the example rules:\n")
+            print(EXAMPLE_RULES)
+            print(EXAMPLE_ENVOY)
+            print(_try_it(settings), flush=True)
+        if workers > 1:
+            return supervise(settings, workers)
+    except (ConfigurationError, OSError) as exc:
+        return _cannot_start(exc)
+    return run_loop(lambda: serve(settings))
