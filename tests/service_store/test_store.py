@@ -139,7 +139,7 @@ def test_an_op_no_store_decides_exactly_is_refused_at_the_client_and_never_sent(
     from ratekeeper.errors import InvalidRequest
     from ratekeeper.stores.service.store import ServiceStore
     from ratekeeper.stores.service.store_async import AsyncServiceStore
-    from test_op_isolation import _hostile
+    from stores.test_op_isolation import _hostile
 
     for label, op in _hostile(f"svc{uuid.uuid4().hex[:6]}").items():
         if asynchronous:

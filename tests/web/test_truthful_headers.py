@@ -181,14 +181,14 @@ def test_a_dependency_refusal_charges_nothing_anywhere(rule_name: str) -> None:
 # -- gunicorn with Flask and Django -----------------------------------------------------------
 
 WSGI_TARGETS = {
-    "flask": ("gunicorn", "web_wsgi.flask_app:app"),
-    "django": ("gunicorn", "web_wsgi.django_wsgi:application"),
+    "flask": ("gunicorn", "web.wsgi.flask_app:app"),
+    "django": ("gunicorn", "web.wsgi.django_project.django_wsgi:application"),
 }
 
 
 @pytest.fixture(scope="module", params=list(WSGI_TARGETS))
 def wsgi_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from web_wsgi.appserver import AppServer
+    from web.wsgi.appserver import AppServer
 
     kind, target = WSGI_TARGETS[request.param]
     rules = [

@@ -1,0 +1,1 @@
+"""Tests of the benchmark harness (the ratekeeper_bench distribution in bench/)."""

@@ -1,0 +1,1 @@
+"""Tests of the command line (ratekeeper.cli) and what it says."""

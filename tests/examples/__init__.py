@@ -1,0 +1,1 @@
+"""The examples in examples/, run as a user runs them."""

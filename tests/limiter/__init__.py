@@ -1,0 +1,1 @@
+"""Tests of the limiter (ratekeeper.limiter): acquiring, leases, failure policies, observers."""

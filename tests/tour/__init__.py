@@ -1,0 +1,1 @@
+"""Tests of ``ratekeeper tour`` (ratekeeper.tour)."""
