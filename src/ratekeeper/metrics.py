@@ -34,6 +34,11 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
   ``ShouldRateLimit`` and ``/json``, and the web middleware), through ``decision_time``.
 - ``ratekeeper_skipped_total{rule}``: requests a rule did not limit because their key
   could not be built (a header or path part was missing).
+- ``ratekeeper_rule_limit{rule, limit}`` and ``ratekeeper_rule_limit_period_seconds{rule,
+  limit}``: each limit of each configured rule, its count and its period (``limit`` is the
+  limit as written, ``"100/minute"``), so an alert can divide a rate of decisions by
+  ``rule_limit / rule_limit_period_seconds``: the share of a limit used. A rule of several
+  limits has one series per limit; a rule that is no longer configured has none.
 
 - ``ratekeeper_bounded_cache_entries{cache}``, ``ratekeeper_bounded_cache_bound{cache}``
   and ``ratekeeper_bounded_cache_evictions_total{cache}``: the size, the bound and the
@@ -49,6 +54,9 @@ add series by inventing names. Until ``configured_rules`` is called (a limiter w
 are written in code), the first ``max_rules`` distinct names are labels and later ones
 ``_other``.
 
+``otel`` (a ``ratekeeper.otel.OpenTelemetry``) receives every report too, with the labels
+computed here: the same instruments through the OpenTelemetry API, and a span per decision.
+
 prometheus-client is imported when a ``Metrics`` is built, not when this module is:
 ``pip install 'ratekeeper[metrics]'`` when it is missing. All methods are thread-safe and
 never block (prometheus-client's counters take a short lock each).
@@ -57,7 +65,7 @@ never block (prometheus-client's counters take a short lock each).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -66,7 +74,10 @@ if TYPE_CHECKING:
     from ratekeeper.bounded import BoundedCache
     from ratekeeper.decision import Decision
     from ratekeeper.errors import StoreError
+    from ratekeeper.limit import Limit
     from ratekeeper.limiter.overlimit import DenialCache
+    from ratekeeper.otel import OpenTelemetry
+    from ratekeeper.rule import Rule
 
 __all__ = ["BREAKER_STATES", "OTHER_RULE", "OUTCOMES", "Metrics", "outcome_of"]
 
@@ -130,6 +141,7 @@ class Metrics:
     default registry (and the ``/metrics`` endpoint an application already serves).
     ``near`` is the used share from which an admission is counted as ``near``.
     ``max_rules`` bounds the rule labels until ``configured_rules`` names them.
+    ``otel`` is told everything this object is told (see the module docstring).
     """
 
     def __init__(
@@ -139,6 +151,7 @@ class Metrics:
         *,
         near: float = NEAR,
         max_rules: int = MAX_RULES,
+        otel: OpenTelemetry | None = None,
     ) -> None:
         if not 0 < near <= 1:
             raise ValueError(f"near must be a share of a limit in (0, 1], got {near!r}")
@@ -180,6 +193,13 @@ class Metrics:
         self.skips = prom.Counter(
             "skipped", "Requests a rule did not limit: their key could not be built", ["rule"], **common
         )
+        self.rule_limit = prom.Gauge(
+            "rule_limit", "The count of each limit of a configured rule", ["rule", "limit"], **common
+        )
+        self.rule_limit_period = prom.Gauge(
+            "rule_limit_period_seconds", "The period of each limit of a configured rule", ["rule", "limit"], **common
+        )
+        self.otel = otel
         for state in BREAKER_STATES:
             self.breaker_state.labels(state).set(1 if state == "closed" else 0)
         for result in ("ok", "failed"):
@@ -191,6 +211,8 @@ class Metrics:
         self._max_rules = max_rules
         self._configured: frozenset[str] | None = None
         self._configured_by: dict[str, frozenset[str]] = {}
+        self._limits_by: dict[str, dict[str, tuple[Limit, ...]]] = {}
+        self._limit_series: set[tuple[str, str]] = set()
         self._seen: set[str] = set()  # the names labelled so far while none is configured
         self._lock = threading.Lock()
         self._caches: dict[str, BoundedCache[Any, Any]] = {}
@@ -204,23 +226,30 @@ class Metrics:
         outcome = outcome_of(decision, rule in self._shadow, self.near)
         children = self._children
         child = children.get((rule, outcome))
+        label = rule
         if child is None:
             label = self._label(rule)
             child = self.decisions.labels(label, outcome)
             if label == rule:
                 children[(rule, outcome)] = child
         child.inc()
+        if self.otel is not None:
+            self.otel.decided(decision, label, outcome)
 
     def store_call(self, seconds: float, error: StoreError | None) -> None:
         """Observe one store call's duration; count its error by class name."""
         self.store_latency.observe(seconds)
         if error is not None:
             self.store_errors.labels(type(error).__name__).inc()
+        if self.otel is not None:
+            self.otel.store_call(seconds, error)
 
     def breaker_changed(self, old: str, new: str) -> None:
         """Move the breaker gauge to ``new``."""
         self.breaker_state.labels(old).set(0)
         self.breaker_state.labels(new).set(1)
+        if self.otel is not None:
+            self.otel.breaker_changed(old, new)
 
     # -- what the layers above the limiter report --------------------------------------
 
@@ -229,18 +258,43 @@ class Metrics:
         refusals count as ``shadow_over``."""
         self._shadow = frozenset(names)
 
-    def configured_rules(self, names: Iterable[str], source: str = "") -> None:
+    def configured_rules(self, rules: Iterable[str | Rule], source: str = "") -> None:
         """The configured rules of ``source`` from now on (replacing that source's previous
-        set): only the names of every source are ``rule`` labels; any other rule is counted
-        under ``OTHER_RULE``. The service calls it with each catalog it loads, each
+        set), each a name or a ``Rule``: only the names of every source are ``rule``
+        labels; any other rule is counted under ``OTHER_RULE``. A ``Rule``'s limits become
+        the ``rule_limit`` gauges. The service calls it with each catalog it loads, each
         middleware with its rules (one ``Metrics`` may serve a middleware and a FastAPI
         dependency, each a source of its own)."""
+        names: set[str] = set()
+        limits: dict[str, tuple[Limit, ...]] = {}
+        for rule in rules:
+            if isinstance(rule, str):
+                names.add(rule)
+            else:
+                names.add(rule.name)
+                limits[rule.name] = rule.limits
         with self._lock:
             self._configured_by[source] = frozenset(names)
             self._configured = frozenset().union(*self._configured_by.values())
             self._seen.clear()
             # A rule no longer configured must stop resolving to its own series.
             self._children = {}
+            self._limits_by[source] = limits
+            merged = {name: ls for by_source in self._limits_by.values() for name, ls in by_source.items()}
+            self._set_limits(merged)
+        if self.otel is not None:
+            self.otel.rule_limits(merged)
+
+    def _set_limits(self, limits: dict[str, tuple[Limit, ...]]) -> None:
+        """Make the ``rule_limit`` gauges hold ``limits`` and nothing else."""
+        series = {(name, str(limit)): limit for name, ls in limits.items() for limit in ls}
+        for gone in self._limit_series - series.keys():
+            self.rule_limit.remove(*gone)
+            self.rule_limit_period.remove(*gone)
+        for labels, limit in series.items():
+            self.rule_limit.labels(*labels).set(limit.count)
+            self.rule_limit_period.labels(*labels).set(limit.period)
+        self._limit_series = set(series)
 
     def _label(self, rule: str) -> str:
         """The ``rule`` label of ``rule``: itself when configured, else ``OTHER_RULE``."""
@@ -257,19 +311,42 @@ class Metrics:
 
     def skipped(self, rule: str) -> None:
         """A request ``rule`` did not limit because its key could not be built."""
-        self.skips.labels(self._label(rule)).inc()
+        label = self._label(rule)
+        self.skips.labels(label).inc()
+        if self.otel is not None:
+            self.otel.skipped(label)
 
     def reloaded(self, ok: bool) -> None:
         """A reload of the rules: accepted (``ok``) or refused."""
         self.reloads.labels("ok" if ok else "failed").inc()
+        if self.otel is not None:
+            self.otel.reloaded(ok)
 
     def decision_time(self, seconds: float, allowed: bool) -> None:
         """One request's decision took ``seconds`` and admitted it (``allowed``) or not."""
         self._decision_children[allowed].observe(seconds)
+        if self.otel is not None:
+            self.otel.decision_time(seconds, allowed)
 
     def request(self, transport: str) -> None:
         """One request received over ``transport`` (``http``, ``grpc``, ...)."""
         self.requests.labels(transport).inc()
+        if self.otel is not None:
+            self.otel.request(transport)
+
+    def request_counter(self, transport: str) -> Callable[[], None]:
+        """The quickest way to count requests of one ``transport`` (``request(transport)``
+        bound once), for a server's per-request path."""
+        count: Callable[[], None] = self.requests.labels(transport).inc
+        otel = self.otel
+        if otel is None:
+            return count
+
+        def count_both() -> None:
+            count()
+            otel.request(transport)
+
+        return count_both
 
     # -- reading -----------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "limiter": 4,
     "testing": 5,
     "metrics": 5,  # an Observer: Prometheus metrics of the limiter
+    "otel": 5,  # a backend of metrics: its instruments and a span per decision through OpenTelemetry
     # what comes around the library
     "config": 6,
     "web": 7,

@@ -17,6 +17,7 @@ from typing import Any
 from ratekeeper.config.envoy import EnvoyConfig, merge_envoy
 from ratekeeper.config.model import RuleSet
 from ratekeeper.errors import ConfigurationError
+from ratekeeper.rule import Rule
 
 __all__ = ["Catalog", "build_catalog"]
 
@@ -30,12 +31,12 @@ class Catalog:
     sources: tuple[str, ...] = ()
 
     @property
-    def rule_names(self) -> list[str]:
-        """The names of every configured rule, native and Envoy: the metrics' rule labels."""
-        names = [r.name for r in self.rules]
+    def every_rule(self) -> list[Rule]:
+        """Every configured rule, native and Envoy: the metrics' rule labels and limits."""
+        rules = [r.rule for r in self.rules]
         for config in self.envoy.values():
-            names += [rule.name for rule in config.rules]
-        return names
+            rules += config.rules
+        return rules
 
     @property
     def shadow_rules(self) -> list[str]:

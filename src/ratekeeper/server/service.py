@@ -176,7 +176,7 @@ class Service:
     def catalog(self, catalog: Catalog) -> None:
         self._catalog = catalog
         self.metrics.shadow_rules(catalog.shadow_rules)
-        self.metrics.configured_rules(catalog.rule_names)
+        self.metrics.configured_rules(catalog.every_rule)
 
     async def reload(self, reason: str, force: bool = False) -> bool | None:
         """Take the rules files' new content: on ``force`` (SIGHUP) every file is read

@@ -267,7 +267,7 @@ class BaseRateLimitCore(Generic[L]):
             return
         configured = getattr(self.metrics, "configured_rules", None)  # optional: other metrics objects may lack it
         if configured is not None:
-            configured([r.name for r in ruleset], source=f"web-{id(self)}")
+            configured([r.rule for r in ruleset], source=f"web-{id(self)}")
         self.metrics.shadow_rules(sorted(r.name for r in ruleset if self._is_shadow(r)))
 
     # -- one request ----------------------------------------------------------------

@@ -1,0 +1,273 @@
+"""``OpenTelemetry``: ratekeeper's metrics through the OpenTelemetry API, and a span per
+decision.
+
+It is a backend of ``ratekeeper.metrics.Metrics``, which computes every label once and
+tells it each report, so the Prometheus metrics and these are one layer::
+
+    from ratekeeper.metrics import Metrics
+    from ratekeeper.otel import OpenTelemetry
+
+    metrics = Metrics(otel=OpenTelemetry())   # the global meter and tracer providers
+    limiter = Limiter("redis://cache:6379/0", observer=metrics)
+
+The instruments are the Prometheus metrics of ``ratekeeper.metrics``, named so that an
+OpenTelemetry Prometheus exporter gives the same names back (``namespace`` is the prefix):
+
+- ``ratekeeper.decisions`` (counter; ``rule``, ``outcome``)
+- ``ratekeeper.store_latency`` (histogram, seconds), ``ratekeeper.store_errors`` (counter;
+  ``cause``)
+- ``ratekeeper.breaker_state`` (gauge; ``state``: 1 for the current state, else 0)
+- ``ratekeeper.config_reloads`` (counter; ``result``), ``ratekeeper.requests`` (counter;
+  ``transport``), ``ratekeeper.skipped`` (counter; ``rule``)
+- ``ratekeeper.decision_latency`` (histogram, seconds; ``result``)
+- ``ratekeeper.rule_limit`` and ``ratekeeper.rule_limit_period`` (gauges, the second in
+  seconds; ``rule``, ``limit``): each limit of each configured rule
+
+Each decision the limiter reports is a span ``ratekeeper.decision`` (a child of the span
+current where the decision was made, e.g. the request's), with the attributes
+``ratekeeper.rule``, ``ratekeeper.outcome``, ``ratekeeper.allowed``,
+``ratekeeper.remaining``, ``ratekeeper.denied_by`` (the limit that refused),
+``ratekeeper.fallback`` (the failure policy that answered) and, for the decision that a
+store call answered, ``ratekeeper.store.latency`` (seconds; the span starts when that call
+did) and ``ratekeeper.store.error`` (the ``StoreError`` class when it failed). A store call
+that answers several rules at once (every rule of one request) gives its latency to the
+first decision's span only. The key is never an attribute: the limiter tells its observer
+the rule of a decision, not its key, so no key can reach a trace backend from here.
+
+Only ``opentelemetry-api`` is imported (``pip install 'ratekeeper[otel]'``); what exports
+is the application's SDK, or ``from_environment`` for ``ratekeeper serve --otel``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+from ratekeeper.metrics import BREAKER_STATES, LATENCY_BUCKETS
+
+if TYPE_CHECKING:
+    from ratekeeper.decision import Decision
+    from ratekeeper.errors import StoreError
+    from ratekeeper.limit import Limit
+
+__all__ = ["SPAN_NAME", "OpenTelemetry", "from_environment"]
+
+SPAN_NAME = "ratekeeper.decision"
+"""The name of the span of each decision."""
+
+# The last store call of this thread or task, until a decision takes it: (duration in
+# seconds, its end in time.time_ns(), the StoreError class name or None).
+_LAST_CALL: ContextVar[tuple[float, int, str | None] | None] = ContextVar("ratekeeper_last_store_call", default=None)
+
+
+def _api() -> tuple[Any, Any]:
+    try:
+        from opentelemetry import metrics, trace
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "ratekeeper's OpenTelemetry support needs opentelemetry-api: pip install 'ratekeeper[otel]'",
+            name="opentelemetry",
+        ) from exc
+    return metrics, trace
+
+
+class OpenTelemetry:
+    """Records ratekeeper's reports through the OpenTelemetry API (see the module docstring).
+
+    ``meter_provider`` and ``tracer_provider`` default to the global ones (those an SDK or
+    ``opentelemetry-instrument`` set up). ``spans=False`` records the metrics only.
+    """
+
+    def __init__(
+        self,
+        meter_provider: Any = None,
+        tracer_provider: Any = None,
+        *,
+        spans: bool = True,
+        namespace: str = "ratekeeper",
+    ) -> None:
+        metrics_api, trace_api = _api()
+        meter = metrics_api.get_meter("ratekeeper", meter_provider=meter_provider)
+        self.tracer: Any = trace_api.get_tracer("ratekeeper", tracer_provider=tracer_provider) if spans else None
+        self._breaker = "closed"
+        self._limits: dict[tuple[str, str], Limit] = {}
+        self._lock = threading.Lock()
+
+        def name(base: str) -> str:
+            return f"{namespace}.{base}"
+
+        self.decisions = meter.create_counter(
+            name("decisions"), "{decision}", "Decisions that charged or refused, per rule and outcome"
+        )
+        self.store_latency = meter.create_histogram(
+            name("store_latency"),
+            "s",
+            "Duration of each store call",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
+        )
+        self.store_errors = meter.create_counter(
+            name("store_errors"), "{call}", "Failed store calls, by the StoreError class raised"
+        )
+        self.reloads = meter.create_counter(name("config_reloads"), "{reload}", "Reloads of the rules, by result")
+        self.requests = meter.create_counter(name("requests"), "{request}", "Requests received, by transport")
+        self.decision_latency = meter.create_histogram(
+            name("decision_latency"),
+            "s",
+            "Time one request's decision took, allowed and refused apart",
+            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
+        )
+        self.skips = meter.create_counter(
+            name("skipped"), "{request}", "Requests a rule did not limit: their key could not be built"
+        )
+        observation = metrics_api.Observation
+        meter.create_observable_gauge(
+            name("breaker_state"),
+            [lambda _options: [observation(int(s == self._breaker), {"state": s}) for s in BREAKER_STATES]],
+            "1",
+            "1 for the circuit breaker's current state, else 0",
+        )
+        meter.create_observable_gauge(
+            name("rule_limit"),
+            [self._observe_limits(observation, lambda limit: limit.count)],
+            "{cost}",
+            "The count of each limit of a configured rule",
+        )
+        meter.create_observable_gauge(
+            name("rule_limit_period"),
+            [self._observe_limits(observation, lambda limit: limit.period)],
+            "s",
+            "The period of each limit of a configured rule",
+        )
+
+    def _observe_limits(self, observation: Any, value: Callable[[Limit], float]) -> Callable[[Any], Iterator[Any]]:
+        def observe(_options: Any) -> Iterator[Any]:
+            for (rule, text), limit in list(self._limits.items()):
+                yield observation(value(limit), {"rule": rule, "limit": text})
+
+        return observe
+
+    # -- what Metrics tells it ---------------------------------------------------------
+
+    def decided(self, decision: Decision, rule: str, outcome: str) -> None:
+        """Count one decision under its ``rule`` label and ``outcome``; trace it."""
+        self.decisions.add(1, {"rule": rule, "outcome": outcome})
+        if self.tracer is None:
+            return
+        end = time.time_ns()
+        attributes: dict[str, Any] = {
+            "ratekeeper.rule": decision.rule,
+            "ratekeeper.outcome": outcome,
+            "ratekeeper.allowed": bool(decision.allowed),
+            "ratekeeper.remaining": decision.remaining,
+        }
+        if decision.denied_by is not None:
+            attributes["ratekeeper.denied_by"] = str(decision.denied_by)
+        if decision.fallback is not None:
+            attributes["ratekeeper.fallback"] = decision.fallback
+        start = end
+        call = _LAST_CALL.get()
+        if call is not None:
+            _LAST_CALL.set(None)
+            seconds, call_end, error = call
+            attributes["ratekeeper.store.latency"] = seconds
+            if error is not None:
+                attributes["ratekeeper.store.error"] = error
+            start = call_end - int(seconds * 1e9)
+        span = self.tracer.start_span(SPAN_NAME, attributes=attributes, start_time=start)
+        span.end(end_time=end)
+
+    def store_call(self, seconds: float, error: StoreError | None) -> None:
+        """Observe one store call's duration; count its error by class name."""
+        self.store_latency.record(seconds)
+        cause = None if error is None else type(error).__name__
+        if cause is not None:
+            self.store_errors.add(1, {"cause": cause})
+        if self.tracer is not None:
+            _LAST_CALL.set((seconds, time.time_ns(), cause))
+
+    def breaker_changed(self, old: str, new: str) -> None:
+        """The breaker gauge reads ``new`` from now on."""
+        self._breaker = new
+
+    def skipped(self, rule: str) -> None:
+        """A request the rule labelled ``rule`` did not limit."""
+        self.skips.add(1, {"rule": rule})
+
+    def reloaded(self, ok: bool) -> None:
+        """A reload of the rules: accepted (``ok``) or refused."""
+        self.reloads.add(1, {"result": "ok" if ok else "failed"})
+
+    def decision_time(self, seconds: float, allowed: bool) -> None:
+        """One request's decision took ``seconds``."""
+        self.decision_latency.record(seconds, {"result": "allowed" if allowed else "refused"})
+
+    def request(self, transport: str) -> None:
+        """One request received over ``transport``."""
+        self.requests.add(1, {"transport": transport})
+
+    def rule_limits(self, limits: Mapping[str, Iterable[Limit]]) -> None:
+        """The limits of every configured rule from now on (the ``rule_limit`` gauges)."""
+        self._limits = {(rule, str(limit)): limit for rule, ls in limits.items() for limit in ls}
+
+
+def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
+    """An ``OpenTelemetry`` on SDK providers configured by the standard ``OTEL_*``
+    variables, and the function that flushes and shuts them down.
+
+    ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER`` name the exporters (``otlp`` by
+    default, ``console``, ``none``; several separated by commas), found by the entry points
+    the exporter packages declare, as ``opentelemetry-instrument`` finds them; each
+    exporter reads its own variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...), the resource
+    reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``, the metric reader
+    ``OTEL_METRIC_EXPORT_INTERVAL``. Needs ``opentelemetry-sdk`` and the exporters named.
+    """
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "--otel needs the OpenTelemetry SDK and an exporter: pip install opentelemetry-sdk "
+            "opentelemetry-exporter-otlp (or set OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER to console)",
+            name="opentelemetry.sdk",
+        ) from exc
+
+    named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+    resource = Resource.create({} if named else {"service.name": "ratekeeper"})
+    tracer_provider = TracerProvider(resource=resource)
+    for exporter in _exporters("opentelemetry_traces_exporter", "OTEL_TRACES_EXPORTER"):
+        tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+    readers = [
+        PeriodicExportingMetricReader(exporter)
+        for exporter in _exporters("opentelemetry_metrics_exporter", "OTEL_METRICS_EXPORTER")
+    ]
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+
+    def shutdown() -> None:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+    return OpenTelemetry(meter_provider, tracer_provider), shutdown
+
+
+def _exporters(group: str, variable: str) -> list[Any]:
+    """The exporters that ``variable`` names, each built with no arguments."""
+    from importlib.metadata import entry_points
+
+    names = [n.strip() for n in os.environ.get(variable, "otlp").split(",") if n.strip() and n.strip() != "none"]
+    exporters = []
+    for exporter_name in names:
+        found = entry_points(group=group, name=exporter_name)
+        if not found:
+            raise ModuleNotFoundError(
+                f"{variable}={exporter_name}: no OpenTelemetry exporter of that name is installed "
+                f"(otlp: pip install opentelemetry-exporter-otlp)"
+            )
+        exporters.append(next(iter(found)).load()())
+    return exporters
