@@ -72,7 +72,9 @@ def parse_json(body: bytes) -> Any:
     except UnicodeDecodeError as exc:
         raise BadInput(400, f"the request body is not UTF-8 (byte {exc.start})", "a JSON object in UTF-8") from None
     try:
-        doc = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_object_without_duplicates)
+        if text.startswith("\ufeff"):  # as json.loads refuses it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        doc = _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise BadInput(
             400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", "a JSON object"
@@ -97,6 +99,10 @@ def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
             seen.add(name)
     return doc
 
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, object_pairs_hook=_object_without_duplicates)
+"""``json.loads(text, parse_constant=..., object_pairs_hook=...)`` without building a decoder
+per request."""
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 """A ``\\uD800``-``\\uDFFF`` escape: the only way a UTF-8 body gives a surrogate."""
