@@ -175,10 +175,17 @@ class WebMetrics(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Prepared:
+class Prepared:
+    """The rules that limit a request, with its key and cost under each."""
+
     enforced: tuple[tuple[HttpRule, str, int], ...]
     shadow: tuple[tuple[HttpRule, str, int], ...]
     skipped: tuple[str, ...]
+
+    @property
+    def one(self) -> bool:
+        """One enforced rule and no shadow rule: the transaction is one ``try_acquire``."""
+        return len(self.enforced) == 1 and not self.shadow
 
 
 class BaseRateLimitCore(Generic[L]):
@@ -274,15 +281,32 @@ class BaseRateLimitCore(Generic[L]):
 
     def check_flow(self, view: RequestView) -> CheckFlow:
         """The decision for ``view`` as a flow (see ``CheckFlow``)."""
+        prepared = self.prepare(view)
+        if isinstance(prepared, Verdict):
+            return prepared
+        return (yield from self.decision_flow(prepared))
+
+    def prepare(self, view: RequestView) -> Prepared | Verdict:
+        """What ``view`` asks the limiter; the verdict itself when no rule limits it."""
         prepared = self._prepare(view)
         if prepared is None:
             return EXEMPT
         if not prepared.enforced and not prepared.shadow:
             return Verdict(True, skipped=prepared.skipped) if prepared.skipped else PASS
+        return prepared
+
+    def decision_flow(self, prepared: Prepared) -> CheckFlow:
+        """The transaction of ``prepared``'s rules, then its verdict."""
         entries = [Entry(r.rule, key, cost) for r, key, cost in prepared.enforced]
         entries += [Entry(r.rule, key, cost, shadow=True) for r, key, cost in prepared.shadow]
         outcome = yield from transaction(entries)
         return self._verdict(prepared, outcome)
+
+    def one_verdict(self, prepared: Prepared, decision: Decision) -> Verdict:
+        """The verdict of a request of one enforced rule (``Prepared.one``), decided by the
+        limiter's ``try_acquire``: what its transaction's one ``try_acquire_many`` of one item is."""
+        rule, key, cost = prepared.enforced[0]
+        return self._verdict(prepared, Outcome(decision.allowed, (Entry(rule.rule, key, cost),), (decision,)))
 
     def _timed(self, start: float, verdict: Verdict) -> None:
         """Report the decision's time to the metrics (``decision_time``, optional like
@@ -306,7 +330,7 @@ class BaseRateLimitCore(Generic[L]):
 
     # -- the pure parts ---------------------------------------------------------------
 
-    def _prepare(self, view: RequestView) -> _Prepared | None:
+    def _prepare(self, view: RequestView) -> Prepared | None:
         """The rules, keys and costs for ``view``; None when the request is exempt."""
         method = view.method.upper()
         if method in self.exempt_methods:
@@ -344,7 +368,7 @@ class BaseRateLimitCore(Generic[L]):
             (shadow if self._is_shadow(rule) else enforced).append((rule, bounded_key(key), cost))
         if exempted and not enforced and not shadow:
             return None
-        return _Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
+        return Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
 
     def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
         """The rule's cost for this request; None when it cannot be read from it."""
@@ -366,7 +390,7 @@ class BaseRateLimitCore(Generic[L]):
             return MISSING_COST if cost is None else cost
         return as_cost(chosen)
 
-    def _verdict(self, prepared: _Prepared, outcome: Outcome) -> Verdict:
+    def _verdict(self, prepared: Prepared, outcome: Outcome) -> Verdict:
         n = len(prepared.enforced)
         decisions = outcome.decisions[:n]
         shadow = outcome.decisions[n:]

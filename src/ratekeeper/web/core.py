@@ -23,9 +23,17 @@ class RateLimitCore(BaseRateLimitCore[Limiter]):
     limiter_class = Limiter
 
     def check(self, view: RequestView) -> Verdict:
-        """Decide ``view``: its transaction, run by the limiter (``check_flow``)."""
+        """Decide ``view``: its transaction, run by the limiter (``check_flow``); a request
+        of one enforced rule is one ``try_acquire``, called without the transaction's steps."""
         start = perf_counter()
-        verdict = drive(self.limiter, self.check_flow(view))
+        prepared = self.prepare(view)
+        if isinstance(prepared, Verdict):
+            verdict = prepared
+        elif prepared.one:
+            rule, key, cost = prepared.enforced[0]
+            verdict = self.one_verdict(prepared, self.limiter.try_acquire(rule.rule, key, cost))
+        else:
+            verdict = drive(self.limiter, self.decision_flow(prepared))
         self._timed(start, verdict)
         return verdict
 
