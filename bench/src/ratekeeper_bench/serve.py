@@ -773,6 +773,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--redis-url", default=DEFAULT_URL, metavar="URL", help=f"Redis for the redis store ({DEFAULT_URL})"
     )
     add_server_run_options(parser, pin_help="do not pin the service to CPU 0 and the load to CPU 1")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="instead of the cases: decisions per CPU-second on Redis of one process, of ratekeeper serve "
+        "--workers N and of N serve processes (serve_workers.py)",
+    )
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -791,12 +798,39 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 def run(args: argparse.Namespace) -> int:
     """Run from parsed arguments: tables to standard output (and ``--markdown``); 1 if a case
     failed, 2 when wrk is missing."""
+    if args.workers is not None:
+        return _run_workers(args)
     try:
         result = run_serve_bench(settings_from_args(args), sys.stdout, args.progress)
     except RuntimeError as exc:
         print(f"ratekeeper bench serve: {exc}", file=sys.stderr)
         return 2
     return finish(result, args.markdown)
+
+
+def _run_workers(args: argparse.Namespace) -> int:
+    """``--workers N``: the table to standard output (and ``--markdown``); 2 when a setup
+    could not be measured."""
+    from ratekeeper_bench.serve_workers import render, run_workers_bench
+
+    if args.workers < 2:
+        print("ratekeeper bench serve: --workers compares N >= 2 workers with one process", file=sys.stderr)
+        return 2
+    settings = settings_from_args(args)
+    try:
+        results = run_workers_bench(
+            args.workers,
+            settings.redis_url,
+            seconds=settings.duration,
+            rounds=settings.rounds,
+            connections=settings.connections,
+        )
+    except RuntimeError as exc:
+        print(f"ratekeeper bench serve: {exc}", file=sys.stderr)
+        return 2
+    if args.markdown is not None:
+        args.markdown.write_text(render(results, args.workers) + "\n", encoding="utf-8")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
