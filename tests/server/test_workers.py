@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -173,9 +174,9 @@ def test_sigterm_stops_every_worker_and_answers_the_request_in_flight(
     assert len(events(served, "worker", state="stopped", exitcode=0)) == WORKERS
 
 
-def test_memory_store_is_refused_with_what_to_use_instead(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "ratekeeper", "serve", "--workers", "2", "--http-port", "0", "--grpc-port", "0"],
+def serve_command(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "serve", "--workers", "2", *args],
         check=False,
         capture_output=True,
         text=True,
@@ -183,7 +184,22 @@ def test_memory_store_is_refused_with_what_to_use_instead(tmp_path: Path) -> Non
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
+
+
+def test_memory_store_is_refused_with_what_to_use_instead(tmp_path: Path) -> None:
+    done = serve_command(tmp_path, "--http-port", "0", "--grpc-port", "0")
     assert 2 == done.returncode
     assert "memory://" in done.stderr
     assert "redis://" in done.stderr and "postgresql://" in done.stderr
     assert "serving the example rules" not in done.stdout
+
+
+def test_a_busy_port_is_one_error_before_any_worker_starts(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = serve_command(tmp_path, "--store", REDIS_URL, "--http-port", str(port), "--grpc-port", "0")
+    assert 2 == done.returncode
+    assert f"cannot bind the decision HTTP port 127.0.0.1:{port}" in done.stderr
+    assert '"state":"starting"' not in done.stderr

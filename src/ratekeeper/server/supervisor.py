@@ -214,7 +214,8 @@ class _Supervisor:
             wait(waits, timeout)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 512)
-            for number in self.signals:
+            pending, self.signals = self.signals, []  # a handler may append meanwhile
+            for number in pending:
                 sig = signal.Signals(number)
                 if sig == signal.SIGHUP and self.stopping is None:
                     self._pass(sig, serving_only=True)
@@ -223,7 +224,6 @@ class _Supervisor:
                     deadline = time.monotonic() + GRACE + STOP_MARGIN
                     log("stopping", signal=sig.name, workers=len(alive), grace=GRACE)
                     self._pass(signal.SIGTERM, serving_only=False)
-            self.signals.clear()
             for worker in alive:
                 if worker.ready_pipe is not None and worker.ready_pipe.poll():
                     with contextlib.suppress(EOFError, OSError):
@@ -242,7 +242,8 @@ class _Supervisor:
                     worker.ready_pipe = None
                 if self.stopping is not None:
                     log("worker", index=worker.index, pid=pid, state="stopped", exitcode=code)
-                    failed = failed or code != 0
+                    # SIGTERM before its own handler was in place ends a starting worker: no failure
+                    failed = failed or code not in (0, -signal.SIGTERM)
                 elif not served and code is not None and code > 0:
                     # It never served and said why (a busy port, a bad file): the next
                     # one would fail alike, so nothing is served at all.
