@@ -77,9 +77,9 @@ class RateLimitMiddleware:
         if kind != "http":
             await self.app(scope, receive, send)
             return
-        if self.core.metrics is not None:
-            self.core.metrics.request("asgi")
         core = self.core
+        if core.metrics is not None:
+            core.metrics.request("asgi")
         outer: RequestLedger | None = scope.get(LEDGER)
         verdict = await core.check(request_view(scope))
         if not verdict.allowed:
@@ -93,6 +93,11 @@ class RateLimitMiddleware:
         ledger.admitted.append((core, verdict))
         scope[LEDGER] = ledger
         finish = core.needs_finish(verdict)
+        if outer is not None and not finish:
+            # the outermost check writes the headers, and this one has nothing to give back:
+            # the response need not be watched
+            await self.app(scope, receive, send)
+            return
         status = 500  # what the app answered; an app that raised before answering counts as a 500
 
         async def send_with_headers(message: Message) -> None:
@@ -101,11 +106,10 @@ class RateLimitMiddleware:
                 status = message["status"]
                 # the outermost check writes the headers, of every check that admitted the request
                 if outer is None and not ledger.refused:
-                    verdicts = ledger.verdicts()
-                    fields = verdict.headers if len(verdicts) == 1 else core.headers_for(verdicts)
+                    verdicts = ledger.admitted
+                    fields = verdict.headers if len(verdicts) == 1 else core.headers_for(ledger.verdicts())
                     if fields:
-                        extra = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields]
-                        message = {**message, "headers": [*message.get("headers", ()), *extra]}
+                        message = {**message, "headers": [*message.get("headers", ()), *encoded(fields)]}
             await send(message)
 
         try:
@@ -135,10 +139,28 @@ async def _fail_startup(receive: Receive, send: Send, error: Exception) -> None:
 
 async def send_verdict(send: Send, verdict: Verdict) -> None:
     """Answer with a refusing verdict's status, headers and body."""
-    headers = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in verdict.headers]
+    headers = encoded(verdict.headers)
     headers.append((b"content-length", str(len(verdict.body)).encode()))
     await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
     await send({"type": "http.response.body", "body": verdict.body})
+
+
+_NAMES: dict[str, bytes] = {}
+"""Header names as ASGI sends them (lower-case bytes), each encoded once: a response's
+rate-limit fields repeat the same five names."""
+
+
+def encoded(fields: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    """``fields`` as ASGI header pairs."""
+    out = []
+    for name, value in fields:
+        raw = _NAMES.get(name)
+        if raw is None:
+            raw = name.lower().encode("latin-1")
+            if len(_NAMES) < 256:  # names come from the code and the deny_response option: a few
+                _NAMES[name] = raw
+        out.append((raw, value.encode("latin-1")))
+    return out
 
 
 def request_view(scope: Scope) -> RequestView:

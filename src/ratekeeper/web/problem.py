@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Any
 
 from ratekeeper.decision import INFINITE, Decision
@@ -45,33 +46,54 @@ LIMITER_UNAVAILABLE_STATUS = 503
 
 def problem(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> dict[str, Any]:
     """The problem document for the refusing decisions of one request."""
+    return _document(*_refusal(denied), retry_after, status)
+
+
+def problem_body(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> bytes:
+    """``problem(...)`` as UTF-8 JSON."""
+    return _body(*_refusal(denied), retry_after, status)
+
+
+def _refusal(denied: Sequence[Decision]) -> tuple[tuple[str, ...], str | None, str | None]:
+    """The policy names of the refusing limits, and the rule that frees up last with its limit."""
     violated: list[str] = []
     for d in denied:
         names = policy_names(d.rule, d.rule_limits)
         violated += [names[s] for s, stats in enumerate(d.limits) if stats.denied]
     main = max(denied, key=lambda d: float("inf") if d.retry_us == INFINITE else d.retry_us) if denied else None
-    limit = None if main is None or main.denied_by is None else str(main.denied_by)
     if main is None:
+        return tuple(violated), None, None
+    return tuple(violated), main.rule, None if main.denied_by is None else str(main.denied_by)
+
+
+def _document(
+    violated: tuple[str, ...], rule: str | None, limit: str | None, retry_after: int | None, status: int
+) -> dict[str, Any]:
+    if rule is None:
         detail = "Too many requests."
     elif retry_after is None:
-        detail = f"The request costs more than rule {main.rule!r} ever admits ({limit}); it will not be admitted."
+        detail = f"The request costs more than rule {rule!r} ever admits ({limit}); it will not be admitted."
     else:
-        detail = f"Rule {main.rule!r} admits {limit}; retry in {retry_after} s."
+        detail = f"Rule {rule!r} admits {limit}; retry in {retry_after} s."
     return {
         "type": QUOTA_EXCEEDED,
         "title": QUOTA_EXCEEDED_TITLE,
         "status": status,
         "detail": detail,
-        "violated-policies": violated,
-        "rule": None if main is None else main.rule,
+        "violated-policies": list(violated),
+        "rule": rule,
         "limit": limit,
         "retry_after": retry_after,
     }
 
 
-def problem_body(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> bytes:
-    """``problem(...)`` as UTF-8 JSON."""
-    return json.dumps(problem(denied, retry_after, status), separators=(",", ":")).encode()
+@lru_cache(maxsize=256)
+def _body(
+    violated: tuple[str, ...], rule: str | None, limit: str | None, retry_after: int | None, status: int
+) -> bytes:
+    # Cached: the refusals of a client over its limit repeat the same few bodies (the
+    # retry time moves once a second), and encoding the JSON is most of a refusal's cost.
+    return json.dumps(_document(violated, rule, limit, retry_after, status), separators=(",", ":")).encode()
 
 
 def unavailable_body(denied: Sequence[Decision], retry_after: int | None) -> bytes:
