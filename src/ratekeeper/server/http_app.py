@@ -41,7 +41,7 @@ from typing import Any
 from ratekeeper.decision import Decision
 from ratekeeper.errors import InvalidRequest, StoreError
 from ratekeeper.server.auth import bearer_secret
-from ratekeeper.server.core import Item, answer_headers, decide_together
+from ratekeeper.server.core import answer_headers, decide_together
 from ratekeeper.server.envoy import envoy_json
 from ratekeeper.server.inputs import MAX_BODY, parse_json, read_check, read_checks, read_refund, read_reset
 from ratekeeper.server.logs import log
@@ -111,8 +111,7 @@ def _decision_doc(decision: Decision, shadow: bool) -> dict[str, Any]:
 
 async def check(app: HttpApp, request: Request) -> Response:
     read = read_checks(request.body, app.service.catalog.rules)
-    checks = read if isinstance(read, list) else [read]
-    items = [Item(c.rule.rule, c.key, c.cost, shadow=c.rule.shadow) for c in checks]
+    items = read if isinstance(read, list) else [read]
     outcome = await decide_together(app.service.limiter, items)
     status = 200 if outcome.allowed else 429
     docs = [_decision_doc(d, item.shadow) for d, item in zip(outcome.decisions, items, strict=True)]
@@ -261,8 +260,9 @@ class HttpApp:
         self.service = service
         self.surface = surface
         self.routes = {path: ROUTES[path] for path in surface.paths}
-        # The labelled counter resolved once: ``labels()`` costs a lock and a lookup a call.
-        self._count_request = service.metrics.requests.labels("http").inc
+        # Resolved once (``labels()`` costs a lock and a lookup a call); it counts for the
+        # OpenTelemetry backend too when the metrics have one.
+        self._count_request = service.metrics.request_counter("http")
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":

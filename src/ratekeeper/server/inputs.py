@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ratekeeper.config.model import HttpRule, RuleSet
+from ratekeeper.limiter.transaction import Entry
 from ratekeeper.server.problems import BadInput
 from ratekeeper.server.schema import MAX_CHECKS, MAX_COST, MAX_LEASE_ID, check, request_schemas, type_name
 
@@ -137,12 +138,19 @@ def read_check(body: Any, rules: RuleSet) -> Check:
     return _check(check(rule_schemas(rules), "Check", body), rules)
 
 
-def read_checks(body: Any, rules: RuleSet) -> list[Check] | Check:
-    """One check, or ``{"checks": [...]}``: a list of 1 to ``MAX_CHECKS`` checks."""
+def _entry(obj: dict[str, Any], rules: RuleSet) -> Entry:
+    rule = _rule(obj["rule"], rules)
+    return Entry(rule.rule, obj["key"], obj.get("cost", 1), rule.shadow)
+
+
+def read_checks(body: Any, rules: RuleSet) -> list[Entry] | Entry:
+    """One check, or ``{"checks": [...]}``: a list of 1 to ``MAX_CHECKS`` checks; each as an
+    entry of the request's transaction (``ratekeeper.limiter.transaction.Entry``: the rule
+    that decides, the key, the cost, and whether the rule is a shadow rule)."""
     if isinstance(body, dict) and "checks" in body:
         obj = check(rule_schemas(rules), "Checks", body)
-        return [_check(item, rules) for item in obj["checks"]]
-    return read_check(body, rules)
+        return [_entry(item, rules) for item in obj["checks"]]
+    return _entry(check(rule_schemas(rules), "Check", body), rules)
 
 
 def read_refund(body: Any, rules: RuleSet) -> tuple[Check, str | None]:

@@ -174,10 +174,11 @@ def _store_call(explicit_now: bool) -> dict[str, Any]:
         "title": "op",
         "description": (
             "[mode, rule_index, key, cost, max_wait | null, lease_id | null]; rule_index names one of the "
-            "call's rules; a release (mode r) of a concurrency rule names its lease_id"
+            "call's rules; a release (mode r) of a concurrency rule names its lease_id; a charge without a "
+            "check (mode c) has no max_wait and no lease_id"
         ),
         "prefixItems": [
-            {"type": "string", "title": "mode", "enum": ["d", "p", "r", RESET]},
+            {"type": "string", "title": "mode", "enum": ["d", "p", "r", "c", RESET]},
             _integer(0, MAX_RULES - 1, "rule_index", "the index of one of the call's rules"),
             _key(),
             _integer(0, MAX_STORE_COST, "cost", "at most 2**50, the largest count a limit may have"),
@@ -557,13 +558,18 @@ def _compile_array(schema: Mapping[str, Any], components: Mapping[str, Any]) -> 
     def array(value: Any) -> Any:
         if type(value) is not list or not low <= len(value) <= high:
             return _SLOW
-        out = []
+        out = value  # copied only when an item is converted
         for i, item in enumerate(value):
             fast = prefix[i] if i < n else rest
-            passed = item if fast is None else fast(item)
-            if passed is _SLOW:
-                return _SLOW
-            out.append(passed)
+            if fast is None:
+                continue
+            passed = fast(item)
+            if passed is not item:
+                if passed is _SLOW:
+                    return _SLOW
+                if out is value:
+                    out = list(value)
+                out[i] = passed
         return out
 
     return array
@@ -571,22 +577,27 @@ def _compile_array(schema: Mapping[str, Any], components: Mapping[str, Any]) -> 
 
 def _compile_object(schema: Mapping[str, Any], components: Mapping[str, Any]) -> Fast:
     props = {name: _compile(sub, components) for name, sub in schema.get("properties", {}).items()}
-    required = tuple(schema.get("required", ()))
+    required = frozenset(schema.get("required", ()))
     closed = schema.get("additionalProperties") is False
 
     def obj(value: Any) -> Any:
-        if type(value) is not dict:
+        if type(value) is not dict or not required <= value.keys():
             return _SLOW
-        out = {}
+        out = value  # copied only when a field is converted
         for name, item in value.items():
             fast = props.get(name)
-            if fast is None and closed:
-                return _SLOW
-            passed = item if fast is None else fast(item)
-            if passed is _SLOW:
-                return _SLOW
-            out[name] = passed
-        return out if all(name in value for name in required) else _SLOW
+            if fast is None:
+                if closed:
+                    return _SLOW
+                continue
+            passed = fast(item)
+            if passed is not item:
+                if passed is _SLOW:
+                    return _SLOW
+                if out is value:
+                    out = dict(value)
+                out[name] = passed
+        return out
 
     return obj
 
