@@ -6,7 +6,8 @@ answers for them; every store decides them (``Store.decide(op)``), the server st
 queue and coalesce them and put them on the wire (``ratekeeper.stores.wire``) as they
 are. Its fields, in this order (an ``Op`` is a tuple, so a store may unpack it)::
 
-    mode      DECIDE (charge when admitted), PEEK (decide, charge nothing) or REFUND
+    mode      DECIDE (charge when admitted), PEEK (decide, charge nothing), REFUND or
+              CHARGE (charge without a check: the key may go into debt)
     plan      the rule's ``Plan`` (its algorithm and limits, precomputed)
     key       the caller's key, checked
     cost      a non-negative integer (for REFUND: what to give back)
@@ -22,19 +23,21 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ratekeeper.algorithms.base import Plan
 
-__all__ = ["DECIDE", "MODES", "PEEK", "REFUND", "Op"]
+__all__ = ["CHARGE", "DECIDE", "MODES", "PEEK", "REFUND", "Op"]
 
 DECIDE = "d"
 PEEK = "p"
 REFUND = "r"
-MODES = (DECIDE, PEEK, REFUND)
+CHARGE = "c"
+MODES = (DECIDE, PEEK, REFUND, CHARGE)
 """The letters are the wire's too: Lua and PL/pgSQL read them as they are."""
 
 
 class Op(tuple[Any, ...]):
     """One request to a store: ``(mode, plan, key, cost, max_wait, lease_id)``.
 
-    Build one with ``Op.decide(...)``, ``Op.peek(...)`` or ``Op.refund(...)``; the hot
+    Build one with ``Op.decide(...)``, ``Op.peek(...)``, ``Op.refund(...)`` or
+    ``Op.charge(...)``; the hot
     paths write ``Op((DECIDE, plan, key, cost, None, lease_id))``, which costs a tuple and
     no Python-level constructor. Read it by name (``op.plan``) or unpack it.
     """
@@ -58,7 +61,7 @@ class Op(tuple[Any, ...]):
 
     else:
         # C-level getters: reading a field costs no Python frame
-        mode = property(itemgetter(0), doc="DECIDE, PEEK or REFUND")
+        mode = property(itemgetter(0), doc="DECIDE, PEEK, REFUND or CHARGE")
         plan = property(itemgetter(1), doc="the rule's Plan")
         key = property(itemgetter(2), doc="the caller's key")
         cost = property(itemgetter(3), doc="what to charge (or give back)")
@@ -82,13 +85,18 @@ class Op(tuple[Any, ...]):
         """Give back ``cost`` charged earlier (or release ``lease_id``)."""
         return cls((REFUND, plan, key, cost, None, lease_id))
 
+    @classmethod
+    def charge(cls, plan: Plan, key: str, cost: int) -> Op:
+        """Charge ``cost`` whatever is left: the key may go into debt (``Algorithm.charge``)."""
+        return cls((CHARGE, plan, key, cost, None, None))
+
     @property
     def charges(self) -> bool:
-        """Whether an admitted op is written (DECIDE), rather than only looked at."""
-        return self.mode == DECIDE
+        """Whether an admitted op is written (DECIDE, CHARGE), rather than only looked at."""
+        return self.mode in (DECIDE, CHARGE)
 
     def __repr__(self) -> str:
-        mode = {DECIDE: "decide", PEEK: "peek", REFUND: "refund"}.get(self[0], repr(self[0]))
+        mode = {DECIDE: "decide", PEEK: "peek", REFUND: "refund", CHARGE: "charge"}.get(self[0], repr(self[0]))
         extra = "".join(
             f", {name}={value!r}" for name, value in (("max_wait", self[4]), ("lease_id", self[5])) if value is not None
         )

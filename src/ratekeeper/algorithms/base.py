@@ -17,13 +17,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ratekeeper.decision import INFINITE
-from ratekeeper.errors import InvalidLimit
+from ratekeeper.errors import InvalidLimit, InvalidRequest
 
 if TYPE_CHECKING:
     from ratekeeper.decision import Decision
     from ratekeeper.limit import Limit
 
-__all__ = ["UNBOUNDED_WAIT", "Algorithm", "Decider", "Plan", "State", "ceil_div", "later"]
+__all__ = ["UNBOUNDED_WAIT", "Algorithm", "Decider", "Plan", "State", "ceil_div", "debt_charge", "later"]
 
 State = Any
 """An algorithm's private state for one key: ints and tuples of ints (floats only where
@@ -42,6 +42,13 @@ arithmetic of the bucket algorithms, so every store can repeat it bit for bit.""
 def ceil_div(a: int, b: int) -> int:
     """``ceil(a / b)`` for integers with ``b > 0``."""
     return -(-a // b)
+
+
+def debt_charge(cost: int, left: int, deepest: int) -> int:
+    """What a charge of ``cost`` takes from a limit with ``left`` remaining (below 0 in
+    debt): all of it, but never past ``-deepest`` (the limit's count, or its burst)."""
+    room = deepest + left
+    return cost if cost <= room else room if room > 0 else 0
 
 
 def later(a: int, b: int) -> bool:
@@ -119,6 +126,22 @@ class Algorithm(ABC):
     ) -> tuple[State, Decision]:
         """Decide whether ``cost`` is admitted at ``now`` (µs); return (new state, decision)."""
         return plan.decide(state, now, cost, max_wait, lease_id)
+
+    def charge(self, plan: Plan, state: State, now: int, cost: int) -> tuple[State, Decision]:
+        """Charge ``cost`` at ``now`` without a check: (new state, the decision after the charge).
+
+        A cost known only after the fact (a response's size, a stream's tokens) is charged
+        whatever is left, so a key may go into debt: ``remaining`` below zero, and the key
+        refused until time pays the debt back. The decision is admitted (the charge is
+        made), with no retry and no delay, and each limit's ``remaining`` and ``reset_us``
+        as they are after it. A debt is at most one limit deep: ``remaining`` never goes
+        below minus the limit's count (its burst for the buckets); what a charge would
+        take beyond that is not recorded. So a key is refused for at most about two periods
+        after any charge, and every store's arithmetic stays exact (no value grows beyond
+        twice what an admission can write). An algorithm where a charge means nothing
+        refuses it (``InvalidRequest``).
+        """
+        raise InvalidRequest(f"rule {plan.name!r}: {self.name} cannot charge without a check")
 
     @abstractmethod
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:

@@ -37,6 +37,14 @@ class Concurrency(Algorithm):
         live: tuple[Any, ...] = state if k == 0 else state[k:]
         return live
 
+    def charge(self, plan: Plan, state: State, now: int, cost: int) -> tuple[State, Decision]:
+        """Refused: a slot is held by a lease and given back by its release, so a charge
+        without a check (no lease, nothing to release) would hold slots no one can free."""
+        raise InvalidRequest(
+            f"rule {plan.name!r} limits concurrency: a charge without a check holds no lease, so it means "
+            "nothing there; take a lease (try_acquire, acquire or lease) instead"
+        )
+
     def compile(self, plan: Plan) -> Decider:
         """Admitted when, for every limit, the leases it counts plus ``cost`` are at most the
         count; the lease is recorded once for all of them."""

@@ -2,14 +2,15 @@
 
 State: ``(window_0, count_0, window_1, count_1, ...)``, one pair per limit, where a
 window is ``now // period``. Exact inside each window; up to twice the limit can pass
-around a boundary. The cheapest algorithm.
+around a boundary. The cheapest algorithm. A charge without a check (``charge``) may bring
+the count past the limit (at most to twice it): the key is refused until the window ends.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, State
+from ratekeeper.algorithms.base import Decider, State, debt_charge
 from ratekeeper.algorithms.per_limit import PerLimit
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -49,6 +50,19 @@ class FixedWindow(PerLimit):
             )
 
         return decide_one
+
+    def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
+        """Count ``cost`` in the current window whatever the count: up to twice the limit."""
+        limit, period = spec
+        window = now // period
+        count = 0
+        if part is not None and part[0] >= window:
+            window, count = part
+        taken = debt_charge(cost, limit - count, limit)
+        if cost:  # a part written at the plan's scale, as an admission writes it
+            count += taken
+            part = window, count
+        return part, limit - count, (window + 1) * period - now if count else 0
 
     def refund_one(self, spec: Any, part: State, now: int, cost: int) -> State:
         window, count = part

@@ -8,14 +8,16 @@ tau)`` it was written at, flat (``(tat_0, spec_0, tat_1, spec_1, ...)``), so tha
 of other limits reads it by ``carry.carried`` (what was consumed stays consumed). The
 spec is the plan's own tuple: a state written by the same plan is recognised by
 identity, the cheapest test on the hot path. Decides exactly as the token bucket with the same
-limits (the two are the same meter).
+limits (the two are the same meter). A charge without a check (``charge``) moves ``tat``
+beyond ``tau``: the key is in debt until time catches up, never more than ``tau`` beyond
+(one burst of debt).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, State
+from ratekeeper.algorithms.base import Decider, State, debt_charge
 from ratekeeper.algorithms.bucket import Bucket
 from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
@@ -74,6 +76,18 @@ class Gcra(Bucket):
             )
 
         return decide_one
+
+    def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
+        """Move ``tat`` by ``cost`` whatever it is: it may pass ``tau``, up to ``2 * tau``."""
+        n, d, cap, tau = spec
+        nd = now * d
+        tat = gcra_tat(part, now, n, d, cap)
+        taken = debt_charge(cost, (tau - tat + nd) // n, cap)
+        if cost:  # a part written at the plan's scale, as an admission writes it
+            tat += taken * n
+            part = tat, spec
+        ahead = tat - nd
+        return part, (tau - ahead) // n, -(-ahead // d)
 
     def refund_one(self, spec: Any, part: State, now: int, cost: int) -> State:
         n, d, cap, _ = spec

@@ -54,6 +54,32 @@ class PerLimit(Algorithm):
         state's algorithm overrides ``refund`` instead)."""
         raise NotImplementedError
 
+    def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
+        """One limit's part (None when unused) with ``cost`` charged without a check
+        (``Algorithm.charge``): the new part (``part`` itself when nothing changed), and the
+        limit's ``remaining`` (below 0 in debt) and ``reset_us`` after the charge (``width``
+        > 0; a shared state's algorithm overrides ``charge`` instead)."""
+        raise NotImplementedError
+
+    def charge(self, plan: Plan, state: State, now: int, cost: int) -> tuple[State, Decision]:
+        w = self.width
+        parts: list[State] = []
+        remaining: list[int] = []
+        resets: list[int] = []
+        changed = False
+        for i, spec in enumerate(plan.specs):
+            part = None if state is None else state[i * w : (i + 1) * w]
+            new, left, reset = self.charge_one(spec, part, now, cost)
+            changed = changed or new is not part
+            parts.append(new)
+            remaining.append(left)
+            resets.append(reset)
+        if changed:
+            # Every part is there: an unused key (None) charges every limit or none (a cost
+            # of 0), and a used key's state holds every limit's part.
+            state = tuple(chain.from_iterable(parts))
+        return state, Decision((plan.name, plan.limits, True, -1, 0, 0, tuple(remaining), tuple(resets), None, None))
+
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         if state is None:
             return None

@@ -13,14 +13,16 @@ previous minute and 3 in the current one, a request 30 % into the minute counts
 ``3 + floor(5 x 0.7) = 3 + floor(3.5) = 6`` and is admitted (6 + 1 <= 7); the next one
 counts ``4 + 3 = 7`` and is refused. Approximate (it assumes the previous window's
 requests were spread evenly), two numbers per limit, and exact integer arithmetic, which
-every store repeats (Lua with an exact multiply-divide, PostgreSQL in ``numeric``).
+every store repeats (Lua with an exact multiply-divide, PostgreSQL in ``numeric``). A
+charge without a check (``charge``) may bring the count past the limit (at most to twice
+it): the key is refused until the windows' weights bring it back under.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, Plan, State
+from ratekeeper.algorithms.base import Decider, Plan, State, debt_charge
 from ratekeeper.algorithms.per_limit import PerLimit
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -118,6 +120,19 @@ class SlidingWindowCounter(PerLimit):
     def horizon(self, plan: Plan) -> int:
         """The current window's count weighs until the end of the next window."""
         return 2 * max(limit.period_us for limit in plan.limits)
+
+    def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
+        """Count ``cost`` in the current window whatever the count: up to twice the limit."""
+        limit, period = spec
+        window = _window(part, now, period)
+        prev, curr = _counts(part, window)
+        elapsed = now - window * period
+        counted = curr + prev * (period - elapsed) // period if elapsed > 0 else curr + prev
+        taken = debt_charge(cost, limit - counted, limit)
+        if cost:  # a part written at the plan's scale, as an admission writes it
+            curr += taken
+            part = window, prev, curr
+        return part, limit - counted - taken, _whole_after(window, period, now, prev, curr)
 
     def refund_one(self, spec: Any, part: State, now: int, cost: int) -> State:
         window = _window(part, now, spec[1])

@@ -13,7 +13,9 @@ are shared between successive states and only ever appended to, so an older stat
 (a view ending earlier) still reads exactly what it held: an admission appends in place
 when the state is the newest view of its lists and copies the live entries otherwise.
 Expired entries are skipped by moving ``start`` and compacted away once they are the
-larger part.
+larger part. A charge without a check (``charge``) appends its cost whatever a window
+holds, so a window may hold more than its count (at most twice it, for every limit): the
+key is refused until enough of it has left the windows.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, Plan, State
+from ratekeeper.algorithms.base import Decider, Plan, State, debt_charge
 from ratekeeper.algorithms.per_limit import PerLimit, combined
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -113,6 +115,28 @@ class SlidingWindowLog(PerLimit):
             return _append(base, times, totals, live, end, stamp, total + cost)
 
         return combined(plan, looks, 0, charge)
+
+    def charge(self, plan: Plan, state: State, now: int, cost: int) -> tuple[State, Decision]:
+        """Append ``cost`` whatever the windows hold: as much of it as keeps every limit's
+        window within twice its count (``Algorithm.charge``)."""
+        base, times, totals, live, end = _live(max(period for _, period in plan.specs), state, now)
+        total = totals[end - 1] if end > live else base
+        used = [total - _live(period, state, now)[0] for _, period in plan.specs]
+        taken = cost
+        for (limit, _), u in zip(plan.specs, used, strict=True):
+            taken = min(taken, debt_charge(cost, limit - u, limit))
+        stamp = None
+        if end > live:
+            stamp = times[end - 1]
+        if taken:
+            stamp = now if stamp is None or now > stamp else stamp
+            state = _append(base, times, totals, live, end, stamp, total + taken)
+        remaining = tuple(limit - u - taken for (limit, _), u in zip(plan.specs, used, strict=True))
+        resets = tuple(
+            stamp + period - now if u + taken > 0 and stamp is not None else 0
+            for (_, period), u in zip(plan.specs, used, strict=True)
+        )
+        return state, Decision((plan.name, plan.limits, True, -1, 0, 0, remaining, resets, None, None))
 
     def refund(self, plan: Plan, state: State, now: int, cost: int, lease_id: str | None = None) -> State:
         """Take ``cost`` back from the newest entries."""

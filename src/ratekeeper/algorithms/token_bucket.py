@@ -5,16 +5,18 @@ Exact integer arithmetic: with ``n/d`` the reduced microseconds per token, a tok
 ``(level, last, spec)``, flat, with the level in units after the last refill at ``last``
 (µs) and the spec ``(n, d, capacity, full)`` it was written at (the plan's own tuple,
 recognised by identity on the hot path), so that a plan of other limits carries what was
-consumed (``carry.carried``). The level goes below zero only through
-reservations made by ``acquire`` (``max_wait`` > 0): the caller then waits until its
-tokens exist.
+consumed (``carry.carried``). The level goes below zero through reservations made by
+``acquire`` (``max_wait`` > 0), where the caller then waits until its tokens exist, and
+through a charge without a check (``charge``): the key is in debt, refused until the
+refill brings the level back to what a request needs; never below ``-full`` (one
+capacity of debt).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ratekeeper.algorithms.base import Decider, State, ceil_div
+from ratekeeper.algorithms.base import Decider, State, ceil_div, debt_charge
 from ratekeeper.algorithms.bucket import Bucket
 from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
@@ -73,15 +75,47 @@ class TokenBucket(Bucket):
                 level -= need
                 left = level // n  # below 0 past a reservation
                 return (level, last, spec) if cost else state, Decision(
-                    (name, limits, True, -1, 0, wait, (left if left > 0 else 0,), (-((level - full) // d) if level < full else 0,), None, None)
+                    (
+                        name,
+                        limits,
+                        True,
+                        -1,
+                        0,
+                        wait,
+                        (left if left > 0 else 0,),
+                        (-((level - full) // d) if level < full else 0,),
+                        None,
+                        None,
+                    )
                 )
             retry = INFINITE if cost > cap else wait
             left = level // n
             return state, Decision(
-                (name, limits, False, 0, retry, 0, (left if left > 0 else 0,), (-((level - full) // d) if level < full else 0,), None, None)
+                (
+                    name,
+                    limits,
+                    False,
+                    0,
+                    retry,
+                    0,
+                    (left if left > 0 else 0,),
+                    (-((level - full) // d) if level < full else 0,),
+                    None,
+                    None,
+                )
             )
 
         return decide_one
+
+    def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
+        """Take ``cost`` tokens whatever the level: it may go below zero, down to ``-full``."""
+        n, d, cap, full = spec
+        level = self._level(part, now, spec)
+        taken = debt_charge(cost, level // n, cap)
+        if cost:  # a part written at the plan's scale, as an admission writes it
+            level -= taken * n
+            part = level, now if part is None or now > part[1] else part[1], spec
+        return part, level // n, -((level - full) // d) if level < full else 0
 
     def refund_one(self, spec: Any, part: State, now: int, cost: int) -> State:
         n, _, _, full = spec

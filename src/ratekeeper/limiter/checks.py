@@ -171,6 +171,19 @@ def refund_op(rule: Rule, key: str, cost: int, lease_id: str | None) -> Op | Non
     return Op.refund(plan, key, cost, lease_id)
 
 
+def charge_op(rule: Rule, key: str, cost: int) -> Op | None:
+    """Check a charge without a check and make its op (None: the key is not limited)."""
+    plan = checked_plan(rule, key, cost)
+    if plan is None:
+        return None
+    if plan.leases:
+        raise InvalidRequest(
+            f"rule {rule.name!r} limits concurrency: a charge without a check holds no lease, so it means "
+            "nothing there; take a lease (try_acquire, acquire or lease) instead"
+        )
+    return Op.charge(plan, key, cost)
+
+
 def require_leases(rule: Rule) -> None:
     if not rule.algo.uses_leases:
         raise ConfigurationError(f"rule {rule.name!r} uses {rule.algorithm}; leases need algorithm='concurrency'")

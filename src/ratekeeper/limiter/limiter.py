@@ -17,6 +17,7 @@ from ratekeeper.limiter.breaker import CircuitBreaker
 from ratekeeper.limiter.checks import (
     batch_ops,
     batch_result,
+    charge_op,
     check_timeout,
     checked_plan,
     new_lease_id,
@@ -136,6 +137,21 @@ class Limiter:
         if plan is None:
             return Decision.unlimited_for(rule.name)
         return self._decide(rule, Op((PEEK, plan, key, cost, None, None)), now)
+
+    def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Decision:
+        """Charge ``cost`` to ``key`` under ``rule`` whatever is left; never refused, never waits.
+
+        For a cost known only after the fact (a response's size, the tokens a model
+        streamed): the key may go into debt, and is then refused until time has paid the
+        debt back. Returns the decision after the charge, with ``remaining`` below zero while
+        in debt (never below minus a limit's count, or its burst: a debt is at most one
+        limit deep; see ``Algorithm.charge``). A concurrency rule refuses it
+        (``InvalidRequest``): its slots are leases, which a charge does not take.
+        """
+        op = charge_op(rule, key, cost)
+        if op is None:
+            return Decision.unlimited_for(rule.name)
+        return self._decide(rule, op, now)
 
     def acquire(self, rule: Rule, key: str, cost: int = 1, *, timeout: float | None = None) -> Decision:
         """Wait until ``cost`` is admitted, at most ``timeout`` seconds; else raise ``RateLimitExceeded``.

@@ -62,7 +62,8 @@ class AsyncStore(Protocol):
 class InProcessStore(Store, Protocol):
     """A ``Store`` that decides in this process without I/O (``in_process`` is True): the
     limiters' hot path calls ``decide_fields(mode, plan, key, cost, max_wait, lease_id,
-    now)``, the fields of an ``Op`` as arguments, which must answer as ``decide(op, now)``."""
+    now)``, the fields of an ``Op`` as arguments, which must answer as ``decide(op, now)``
+    for DECIDE and PEEK (a CHARGE goes through ``decide``)."""
 
     in_process: bool
 

@@ -10,7 +10,9 @@ words; the service's ``/v1/store`` reaches the stores without a limiter, so the 
 check again.
 
 The bounds are the ones ``Limit`` keeps (``MAX_COUNT``, ten-year periods): a cost above
-the largest count can never be admitted by any limit, so refusing it loses nothing.
+the largest count can never be admitted by any limit, so refusing it loses nothing. A
+charge without a check (CHARGE) takes a cost within the same bound; how deep the debt it
+leaves may go is the algorithms' bound (``Algorithm.charge``: one limit's count).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 from ratekeeper.algorithms.base import MAX_EXACT, UNBOUNDED_WAIT, Plan
 from ratekeeper.errors import InvalidRequest
 from ratekeeper.limit import MAX_COUNT
-from ratekeeper.op import MODES, REFUND
+from ratekeeper.op import CHARGE, MODES, REFUND
 from ratekeeper.rule import MAX_KEY_LENGTH
 
 __all__ = [
@@ -123,6 +125,14 @@ def op_problem(op: Any, now: Any = None) -> str | None:
             return problem
     elif mode == REFUND and plan.leases:
         return f"rule {plan.name!r} holds leases: a release names the lease_id its decision gave"
+    if mode == CHARGE:
+        if plan.leases:
+            return (
+                f"rule {plan.name!r} limits concurrency: a charge without a check holds no lease, so it means "
+                "nothing there; take a lease (try_acquire, acquire or lease) instead"
+            )
+        if max_wait is not None or lease_id is not None:
+            return "a charge without a check has no max_wait and no lease_id"
     if now is not None and (not _is_int(now) or not -MAX_NOW <= now <= MAX_NOW):
         return f"now is None (the store's clock) or µs within ±(2**53 - 1) ({MAX_NOW}), got {now!r:.60}"
     return None

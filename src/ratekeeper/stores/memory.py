@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.clock import EPOCH_OFFSET_NS, Clock, SystemClock
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.op import DECIDE, Op
+from ratekeeper.op import CHARGE, DECIDE, Op
 from ratekeeper.stores.bounds import check_op
 
 if TYPE_CHECKING:
@@ -263,7 +263,27 @@ class MemoryStore:
     def decide(self, op: Op, now: int | None = None) -> Decision:
         check_op(op, now)  # decide_fields, the limiters' path, has their checks instead
         mode, plan, key, cost, max_wait, lease_id = op
+        if mode == CHARGE:
+            return self._charge(plan, key, cost, now)
         return self.decide_fields(mode, plan, key, cost, max_wait, lease_id, now)
+
+    def _charge(self, plan: Plan, key: str, cost: int, now: int | None) -> Decision:
+        """A CHARGE op (``Algorithm.charge``): written whatever the key holds. A debt may
+        outlast the rule's horizon, so the stripe keeps it as it keeps a reservation."""
+        stripe = self._locked_stripe(plan, key)
+        try:
+            if now is None:
+                now = self._now()
+            state, in_old = stripe.load(key)
+            new, decision = plan.algorithm.charge(plan, state, now, cost)
+            if new is not state or in_old:
+                stripe.reserve(now + max(decision.reset_us))
+                stripe.store(key, new, now)
+        finally:
+            stripe.lock.release()
+        if now >= self._next_sweep:
+            self._sweep(now)
+        return decision
 
     def decide_fields(
         self,
@@ -276,7 +296,8 @@ class MemoryStore:
         now: int | None = None,
     ) -> Decision:
         """``decide(op, now)`` with the op's fields as arguments: the limiters' hot path on an
-        in-process store, where building the ``Op`` would cost as much as the dict lookups."""
+        in-process store, where building the ``Op`` would cost as much as the dict lookups.
+        For DECIDE and PEEK (a CHARGE goes through ``decide``)."""
         commit = mode == DECIDE
         table = self._tables.get(plan.table)
         if table is None or plan is not table.plan:

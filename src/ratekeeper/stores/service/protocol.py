@@ -12,12 +12,14 @@ Request (JSON)::
      "rules": [[name, algorithm, [[count, period_us, burst | null], ...]], ...],
      "ops": [[mode, rule_index, key, cost, max_wait | null, lease_id | null], ...]}
 
-``mode`` is an ``Op`` mode ("d", "p", "r") or "x" (reset). Reply: ``{"results": [...]}``,
+``mode`` is an ``Op`` mode ("d", "p", "r", "c") or "x" (reset). Reply: ``{"results": [...]}``,
 one per op, in order: ``null`` for a reset, ``true``/``false`` for a refund (whether it
 gave anything back), ``{"error": message, "timeout": bool}`` when the service's store
 failed that op, else the decision::
 
     [allowed, denied_index, retry_us, delay_us, [remaining...], [reset_us...], lease_id | null]
+
+(a remaining is below 0 after a charge without a check, "c", that left the key in debt).
 
 A request the service refuses (malformed, a field past the stores' bounds, a rule it
 cannot build) is a 4xx problem; a store that failed the whole call is a 503 problem:

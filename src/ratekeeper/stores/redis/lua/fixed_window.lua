@@ -64,6 +64,34 @@ ALGORITHMS["fixed_window"] = {
     end
     return new, true, whole
   end,
+  -- Count cost in each limit's window whatever its count, never past twice the limit.
+  charge = function(specs, n, state, now, cost, out, at)
+    local new = state
+    if cost > 0 then
+      new = { nil, nil, nil } -- sized for one limit and exp (main.lua)
+    end
+    local whole = 0
+    for i = 1, n do
+      local limit, period = specs[2 * i - 1], specs[2 * i]
+      local window = idiv(now, period)
+      local count = 0
+      if state ~= nil and state[2 * i - 1] >= window then
+        window, count = state[2 * i - 1], state[2 * i]
+      end
+      count = count + debt_charge(cost, limit - count, limit)
+      out[at + 4 + i] = limit - count
+      local reset = count > 0 and (window + 1) * period - now or 0
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
+      if cost > 0 then
+        new[2 * i - 1], new[2 * i] = window, count
+      end
+    end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+    return new, whole
+  end,
   -- Give back cost in every limit whose stored window is now's (or newer: the clock stepped
   -- back); a limit in an older window has nothing left to refund.
   refund = function(specs, n, state, now, cost, lease)

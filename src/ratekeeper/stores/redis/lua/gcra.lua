@@ -112,6 +112,31 @@ local function gcra_finish(specs, n, state, now, cost, aheads, out, at, admitted
   return state, false, gcra_stats(specs, n, aheads, out, at)
 end
 
+-- A charge without a check, shared by GCRA and the leaky bucket: each limit's ahead moved
+-- by cost whatever it is, beyond tau but never beyond 2 * tau (one burst of debt).
+local function gcra_charge(specs, n, state, now, cost, out, at)
+  local aheads = gcra_aheads(specs, n, state, now)
+  local whole = 0
+  for i = 1, n do
+    local o = 4 * i - 4
+    local nn, tau = specs[o + 1], specs[o + 4]
+    local a = aheads[i]
+    a = a + debt_charge(cost, idiv(tau - a, nn), specs[o + 3]) * nn
+    aheads[i] = a
+    out[at + 4 + i] = idiv(tau - a, nn)
+    local reset = ceil_div(a, specs[o + 2])
+    out[at + 4 + n + i] = reset
+    if reset > whole then
+      whole = reset
+    end
+  end
+  out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+  if cost == 0 then
+    return state, whole
+  end
+  return gcra_state(now, aheads, n, specs), whole
+end
+
 ALGORITHMS["gcra"] = {
   arity = 4,
   head = 1,
@@ -144,5 +169,6 @@ ALGORITHMS["gcra"] = {
     local retry = infinite and INFINITE or wait
     return gcra_finish(specs, n, state, now, cost, aheads, out, at, admitted, denied, retry, wait)
   end,
+  charge = gcra_charge,
   refund = gcra_refund,
 }

@@ -8,7 +8,7 @@
 --                                            -- with the scale (carried as GCRA's)
 --
 -- The state, its relative form (exact with epoch µs), the end of a decision, the stats and
--- the refund are GCRA's (the helpers of gcra.lua); only when a request may leave differs.
+-- the refund and the charge without a check are GCRA's (the helpers of gcra.lua); only when a request may leave differs.
 -- An admitted request gets delay = the time until the queue ahead of it has drained; a
 -- refused one gets retry = when the queue has room for it and (if the caller bounds its
 -- wait by max_wait) is short enough. The decisions are the reference's, field by field.
@@ -46,5 +46,6 @@ ALGORITHMS["leaky_bucket"] = {
     end
     return gcra_finish(specs, n, state, now, cost, aheads, out, at, denied < 0, denied, retry, delay)
   end,
+  charge = gcra_charge,
   refund = gcra_refund,
 }

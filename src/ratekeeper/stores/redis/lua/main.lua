@@ -8,11 +8,11 @@
 -- ARGV[3]   n_ops (the ops run to the end of ARGV)
 -- ARGV[4]   n_rules
 -- then per rule: algorithm name, n_limits, n_limits x arity spec fields
--- then per op, to the end: mode ("d" decide, "p" peek, "r" refund, "D" decide with cost 1,
---   no max_wait and no lease), key index (into KEYS), rule index (into the rules), and but
+-- then per op, to the end: mode ("d" decide, "p" peek, "r" refund, "c" charge without a
+--   check, "D" decide with cost 1, no max_wait and no lease), key index (into KEYS), rule index (into the rules), and but
 --   for "D": cost, max_wait ("" = none), lease id ("" = none)
 --
--- Returns a flat array: per "d"/"p" op allowed (1/0), denied index, retry_us, delay_us,
+-- Returns a flat array: per "d"/"p"/"c" op allowed (1/0), denied index, retry_us, delay_us,
 -- remaining x n, reset x n; per "r" op 1, but 0 for a release of a lease this key did
 -- not hold (expired, released, another key's or rule's).
 --
@@ -25,6 +25,9 @@
 --               the state is whole (the longest reset)
 --   refund(specs, n, state, now, cost, lease)  the state after giving cost back (nil: none),
 --               and, for leases, whether the lease was held
+--   charge(specs, n, state, now, cost, out, at)  cost charged without a check (the key may
+--               go into debt): writes the op's reply as decide does and returns the new
+--               state and the µs until it is whole; none for concurrency (refused)
 --   head, per   a state of numbers: head + per * n doubles, stored with struct after a tag
 --               byte (TAGGED, STATE_TAG), followed by one more double, exp: the time (µs,
 --               on the clock of now) until which the key's TTL was set to last
@@ -184,7 +187,16 @@ local function rk_dispatch(KEYS, ARGV)
       end
       local state = rec.current or nil
 
-      if algo.open then
+      if mode == "c" then
+        if algo.charge == nil then
+          error("ratekeeper: this algorithm cannot charge without a check")
+        end
+        local new, whole = algo.charge(specs, n, state, now, cost, out, no)
+        no = no + 4 + 2 * n
+        if not algo.open and new ~= state then
+          rec.current, rec.whole = new or false, whole
+        end
+      elseif algo.open then
         -- a state read and written in place (the sliding log): it changes as it decides
         if mode == "r" then
           no = no + 1

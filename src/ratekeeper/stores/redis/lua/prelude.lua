@@ -25,6 +25,17 @@ local function ceil_div(a, b)
   return -idiv(-a, b)
 end
 
+-- What a charge without a check takes from a limit with left remaining (below 0 in debt):
+-- all of cost, but never past -deepest (the limit's count, or its burst), as
+-- algorithms/base.py debt_charge().
+local function debt_charge(cost, left, deepest)
+  local room = deepest + left
+  if cost <= room then
+    return cost
+  end
+  return room > 0 and room or 0
+end
+
 -- Whether retry time a is later than b (INFINITE is latest), as algorithms/base.py later().
 local function later(a, b)
   if a == INFINITE then

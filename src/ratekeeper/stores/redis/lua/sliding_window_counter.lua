@@ -164,6 +164,33 @@ ALGORITHMS["sliding_window_counter"] = {
     end
     return new, true, whole
   end,
+  -- Count cost in each limit's current window whatever the count, never past twice the
+  -- limit (of what the windows count).
+  charge = function(specs, n, state, now, cost, out, at)
+    local new = state
+    if cost > 0 then
+      new = { nil, nil, nil, nil } -- sized for one limit and exp (main.lua)
+    end
+    local whole = 0
+    for i = 1, n do
+      local limit, period = specs[2 * i - 1], specs[2 * i]
+      local window, prev, curr = swc_read(state, i, now, period)
+      local counted = swc_counted(prev, curr, now - window * period, period)
+      local taken = debt_charge(cost, limit - counted, limit)
+      curr = curr + taken
+      out[at + 4 + i] = limit - counted - taken
+      local reset = swc_whole_after(window, period, now, prev, curr)
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
+      if cost > 0 then
+        new[3 * i - 2], new[3 * i - 1], new[3 * i] = window, prev, curr
+      end
+    end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+    return new, whole
+  end,
   -- Take cost back from each limit's current window (never below 0), the state rewritten in
   -- now's window, as the reference does.
   refund = function(specs, n, state, now, cost, lease)

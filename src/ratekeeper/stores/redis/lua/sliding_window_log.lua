@@ -395,8 +395,8 @@ ALGORITHMS["sliding_window_log"] = {
   arity = 2,
   open = swl_open,
   flush = swl_flush,
-  -- dry: decide without charging (a peek)
-  decide = function(specs, nl, log, now, cost, max_wait, lease, out, at, dry)
+  -- dry: decide without charging (a peek); force: charge without a check (charge)
+  decide = function(specs, nl, log, now, cost, max_wait, lease, out, at, dry, force)
     local longest = swl_longest(log, specs, nl)
     swl_trim(log, now - longest)
     local start, n = log.start, log.n
@@ -421,7 +421,7 @@ ALGORITHMS["sliding_window_log"] = {
       end
       local used = total - before
       useds[i] = used
-      if used + cost > limit then
+      if used + cost > limit and not force then
         local r = INFINITE
         if cost <= limit then
           -- the entry whose expiry frees enough: its total reaches the excess
@@ -443,18 +443,27 @@ ALGORITHMS["sliding_window_log"] = {
     end
     local newest = empty and now or log.lt
     local charged = denied < 0 and cost or 0
+    if force then -- as much as keeps every window within twice its count
+      for i = 1, nl do
+        local limit = specs[2 * i - 1]
+        local taken = debt_charge(cost, limit - useds[i], limit)
+        if taken < charged then
+          charged = taken
+        end
+      end
+    end
     if charged > 0 then
       if now > newest then
         newest = now
       end
       if not dry then
-        swl_append(log, newest, total + cost)
+        swl_append(log, newest, total + charged)
       end
     end
     for i = 1, nl do
       local in_window = useds[i] + charged
-      local left = specs[2 * i - 1] - in_window -- below 0 under a limit lowered since
-      out[at + 4 + i] = left > 0 and left or 0
+      local left = specs[2 * i - 1] - in_window -- below 0 under a limit lowered since, or in debt
+      out[at + 4 + i] = (left > 0 or force) and left or 0
       out[at + 4 + nl + i] = in_window > 0 and newest + specs[2 * i] - now or 0
     end
     if denied >= 0 then
@@ -463,6 +472,10 @@ ALGORITHMS["sliding_window_log"] = {
     end
     out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
     return log, true
+  end,
+  -- Append cost whatever the windows hold (a charge without a check): decide, forced.
+  charge = function(specs, nl, log, now, cost, out, at)
+    return ALGORITHMS["sliding_window_log"].decide(specs, nl, log, now, cost, nil, nil, out, at, false, true)
   end,
   -- Take cost back from the newest live entries (the log is emptied when nothing is left).
   refund = function(specs, nl, log, now, cost, lease)

@@ -119,6 +119,33 @@ ALGORITHMS["token_bucket"] = {
     end
     return new, true, whole
   end,
+  -- charge cost without a check: the level may go below 0, never below -full
+  charge = function(specs, n, state, now, cost, out, at)
+    local new = state
+    if cost > 0 then
+      new = { nil, nil, nil, nil, nil, nil } -- sized for one limit and exp (main.lua)
+    end
+    local whole = 0
+    for i = 1, n do
+      local o = 4 * i - 4
+      local nn, d, full = specs[o + 1], specs[o + 2], specs[o + 4]
+      local level = tb_level(state, i, now, specs, o)
+      level = level - debt_charge(cost, idiv(level, nn), specs[o + 3]) * nn
+      out[at + 4 + i] = idiv(level, nn)
+      local reset = level < full and ceil_div(full - level, d) or 0
+      out[at + 4 + n + i] = reset
+      if reset > whole then
+        whole = reset
+      end
+      if cost > 0 then
+        local s = 5 * i - 4
+        new[s], new[s + 1] = level, tb_last(state, i, now)
+        new[s + 2], new[s + 3], new[s + 4] = nn, d, specs[o + 3]
+      end
+    end
+    out[at + 1], out[at + 2], out[at + 3], out[at + 4] = 1, -1, 0, 0
+    return new, whole
+  end,
   -- give back cost tokens, never above full
   refund = function(specs, n, state, now, cost, lease)
     if state == nil then
