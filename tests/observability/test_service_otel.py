@@ -79,6 +79,7 @@ def test_serve_with_otel_exports_spans_and_metrics_and_never_the_key(tmp_path: P
                     instruments.setdefault(metric["name"], []).extend(metric["data"]["data_points"])
     decisions = {p["attributes"]["outcome"]: p["value"] for p in instruments["ratekeeper.decisions"]}
     assert {"within": 1, "near": 1, "over": 1} == decisions
+    assert {"http"} == {p["attributes"]["transport"] for p in instruments["ratekeeper.requests"]}
     limits = {(p["attributes"]["limit"], p["value"]) for p in instruments["ratekeeper.rule_limit"]}
     assert {("2/minute", 2), ("10/hour", 10)} == limits
     assert {"allowed", "refused"} == {p["attributes"]["result"] for p in instruments["ratekeeper.decision_latency"]}

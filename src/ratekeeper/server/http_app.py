@@ -55,6 +55,7 @@ from ratekeeper.server.surfaces import OPEN_PATHS, Surface, store_namespace
 __all__ = ["ROUTES", "HttpApp", "Request", "Response"]
 
 JSON = "application/json"
+_JSON_BYTES = JSON.encode()
 
 
 @dataclass(slots=True)
@@ -286,11 +287,10 @@ class HttpApp:
             log("error", level="error", path=scope.get("path"), error=repr(exc), trace=traceback.format_exc())
             bad = BadInput(500, "the service failed to answer; this is a bug, see its log")
             response = Response(500, bad.body(), bad.content_type)
-        headers = [
-            (b"content-type", response.content_type.encode()),
-            (b"content-length", str(len(response.body)).encode()),
-            *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers),
-        ]
+        content_type = _JSON_BYTES if response.content_type is JSON else response.content_type.encode()
+        headers = [(b"content-type", content_type), (b"content-length", str(len(response.body)).encode())]
+        if response.headers:
+            headers += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in response.headers]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         await send({"type": "http.response.body", "body": b"" if head else response.body})
 
