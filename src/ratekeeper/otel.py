@@ -100,25 +100,23 @@ class OpenTelemetry:
         def name(base: str) -> str:
             return f"{namespace}.{base}"
 
+        def seconds(base: str, description: str) -> Any:
+            # The Prometheus histograms' buckets, so both backends tell the same latencies apart.
+            return meter.create_histogram(
+                name(base), "s", description, explicit_bucket_boundaries_advisory=LATENCY_BUCKETS
+            )
+
         self.decisions = meter.create_counter(
             name("decisions"), "{decision}", "Decisions that charged or refused, per rule and outcome"
         )
-        self.store_latency = meter.create_histogram(
-            name("store_latency"),
-            "s",
-            "Duration of each store call",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
-        )
+        self.store_latency = seconds("store_latency", "Duration of each store call")
         self.store_errors = meter.create_counter(
             name("store_errors"), "{call}", "Failed store calls, by the StoreError class raised"
         )
         self.reloads = meter.create_counter(name("config_reloads"), "{reload}", "Reloads of the rules, by result")
         self.requests = meter.create_counter(name("requests"), "{request}", "Requests received, by transport")
-        self.decision_latency = meter.create_histogram(
-            name("decision_latency"),
-            "s",
-            "Time one request's decision took, allowed and refused apart",
-            explicit_bucket_boundaries_advisory=LATENCY_BUCKETS,
+        self.decision_latency = seconds(
+            "decision_latency", "Time one request's decision took, allowed and refused apart"
         )
         self.skips = meter.create_counter(
             name("skipped"), "{request}", "Requests a rule did not limit: their key could not be built"
