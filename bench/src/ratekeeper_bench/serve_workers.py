@@ -5,11 +5,11 @@ separate ``serve`` processes, all on one Redis.
 Throughput on a shared machine says little about the service: the other processes take
 its cores. What a worker costs does not change with them: each run counts the decisions
 answered (wrk for HTTP ``/v1/check`` over changing keys, h2load for gRPC
-``ShouldRateLimit``) and the CPU seconds every serving process spent meanwhile
-(``/proc/PID/stat``: user and system time of each worker; the supervisor's, which does no
-request work, is counted too). Setups alternate round by round, and the median of each is
-compared with one process's: the target is at least ``TARGET`` of its decisions per
-CPU-second.
+``ShouldRateLimit``; N of them at once, the connections split among them) and the CPU
+seconds every serving process spent meanwhile (``/proc/PID/stat``: user and system time
+of each worker; the supervisor's, which does no request work, is counted too). Setups
+alternate round by round, and the median of each is compared with one process's: the
+target is at least ``TARGET`` of its decisions per CPU-second.
 
 A fourth setup, one process under 1/N of the connections, gives one process the load that
 each of N workers gets: a process that answers fewer requests at a time batches fewer
@@ -125,15 +125,17 @@ def _load(transport: str, serve: _Serve, names: Names, seconds: int, connections
 
 
 def _measure(
-    setup: str, serves: list[_Serve], transport: str, names: Names, seconds: int, connections: int
+    setup: str, serves: list[_Serve], transport: str, names: Names, seconds: int, connections: int, generators: int
 ) -> Measured:
-    """One load of ``connections`` split evenly over ``serves``, and their processes' CPU."""
+    """``generators`` load generators at once, ``connections`` split evenly among them and
+    spread over ``serves`` in turn, and the CPU of every process of ``serves`` meanwhile."""
     pids = [pid for serve in serves for pid in serve.wait_ready()]
     _load(transport, serves[0], names, 1, connections)  # warm every connection path up
+    targets = [serves[i % len(serves)] for i in range(generators)]
+    each = max(1, connections // generators)
     before = {pid: cpu_seconds(pid) for pid in pids}
-    each = max(1, connections // len(serves))  # a fleet behind a balancer: an even share each
-    with ThreadPoolExecutor(len(serves)) as pool:
-        loads = list(pool.map(lambda s: _load(transport, s, names, seconds, each), serves))
+    with ThreadPoolExecutor(generators) as pool:
+        loads = list(pool.map(lambda s: _load(transport, s, names, seconds, each), targets))
     cpu = sum(cpu_seconds(pid) - before[pid] for pid in pids)
     answered = sum(load.requests - load.errors - load.failed for load in loads)
     return Measured(setup, transport, answered, cpu, max(load.seconds for load in loads))
@@ -172,8 +174,12 @@ def run_workers_bench(
                     for serve in serves:
                         serve.start()
                     for transport in transports:
-                        load = max(1, connections // workers) if setup == share else connections
-                        measured = _measure(setup, serves, transport, names, seconds, load)
+                        # Every setup under the same N load generators (one has too little CPU
+                        # to keep N workers busy on a small machine); the share setup gets one.
+                        if setup == share:
+                            measured = _measure(setup, serves, transport, names, seconds, connections // workers, 1)
+                        else:
+                            measured = _measure(setup, serves, transport, names, seconds, connections, workers)
                         results.append(measured)
                         print(
                             f"round {round_ + 1} {setup:>20} {transport:>4}: {measured.decisions:>7} decisions, "
