@@ -2,9 +2,9 @@
 thread and asyncio drivers over fake ``run`` functions (``ratekeeper.stores.coalescing``).
 
 Ordering is controlled, never slept for: a fake call blocks on an Event until the test
-opens it, and the queue announces each op it takes (a Condition), so a test knows when
-its threads are queued. Every wait is bounded by ``BOUND``: a driver that wedges fails
-the test instead of hanging the suite.
+opens it, and the queue announces each op it takes and each call it starts
+(``observed_queue``), so a test knows when its threads or tasks are queued. Every wait
+is bounded by ``BOUND``: a driver that wedges fails the test instead of hanging the suite.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ratekeeper.stores import coalescing_threads
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.coalescing_asyncio import AsyncCoalescer
 from ratekeeper.stores.coalescing_threads import ThreadCoalescer
+from stores.observed_queue import ObservedCoalescer, finished
 
 BOUND = 5.0
 """The longest any wait in these tests may take."""
@@ -146,23 +147,6 @@ def test_one_call_per_row_needs_the_row_function() -> None:
 # -- the thread driver ---------------------------------------------------------------------------
 
 
-class ObservedCoalescer(Coalescer[str, Any]):
-    """A ``Coalescer`` that tells when ops are queued: ``wait_queued(n)``."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.changed = threading.Condition()
-
-    def push(self, op: str, now: int | None, waiter: Any) -> None:
-        with self.changed:
-            super().push(op, now, waiter)
-            self.changed.notify_all()
-
-    def wait_queued(self, n: int) -> None:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.queue) == n, BOUND), f"{n} ops were never queued"
-
-
 class FakeStore:
     """A fake ``run``: records each call's ops, answers ``"<op>!"`` per op; a call whose number
     is held (``hold(n)``) blocks until released; ``script[n]`` replaces call n's answer."""
@@ -218,7 +202,7 @@ def joined(*threads: threading.Thread) -> None:
         assert not thread.is_alive(), "a thread waits forever"
 
 
-def observed(driver: ThreadCoalescer[str, Any]) -> ObservedCoalescer:
+def observed(driver: ThreadCoalescer[str, Any] | AsyncCoalescer[str, Any]) -> ObservedCoalescer:
     assert isinstance(driver.core, ObservedCoalescer)
     return driver.core
 
@@ -488,14 +472,8 @@ class AsyncFake:
 def tasks_over(
     fake: AsyncFake, max_in_flight: int = 1, timeout: float = BOUND, rows: bool = False
 ) -> AsyncCoalescer[str, Any]:
-    core: Coalescer[str, Any] = Coalescer(max_in_flight, 256, row_of if rows else None, one_call_per_row=rows)
+    core = ObservedCoalescer(max_in_flight, 256, row_of if rows else None, one_call_per_row=rows)
     return AsyncCoalescer(core, fake, down, timeout, "the fake store", "this driver belongs to another event loop")
-
-
-async def settle() -> None:
-    """Let every ready callback run (flushes, task steps): a bounded number of loop turns."""
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 def test_async_calls_of_one_tick_go_together_and_later_ones_wait_for_a_slot() -> None:
@@ -506,8 +484,7 @@ def test_async_calls_of_one_tick_go_together_and_later_ones_wait_for_a_slot() ->
         first = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(3)]
         await asyncio.wait_for(entered.wait(), BOUND)
         later = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(3, 5)]
-        await settle()
-        assert 2 == len(driver.core.queue)  # behind the call in flight
+        await observed(driver).queued(2)  # behind the call in flight
         release.set()
         done = await asyncio.wait_for(asyncio.gather(*first, *later), BOUND)
         assert [f"k.{i}!" for i in range(5)] == done
@@ -525,9 +502,9 @@ def test_async_a_caller_cancelled_before_its_op_is_sent_charges_nothing() -> Non
         first = asyncio.ensure_future(driver.submit("k.0", None))
         await asyncio.wait_for(entered.wait(), BOUND)
         queued_ = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(1, 4)]
-        await settle()
+        await observed(driver).queued(3)
         queued_[1].cancel()
-        await settle()
+        await finished(queued_[1])
         release.set()
         done = await asyncio.wait_for(asyncio.gather(first, queued_[0], queued_[2]), BOUND)
         assert ["k.0!", "k.1!", "k.3!"] == done
@@ -545,7 +522,7 @@ def test_async_a_caller_cancelled_after_its_op_is_sent_leaves_the_call_to_the_ot
         callers = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(3)]
         await asyncio.wait_for(entered.wait(), BOUND)
         callers[0].cancel()
-        await settle()
+        await finished(callers[0])
         release.set()
         assert ["k.1!", "k.2!"] == await asyncio.wait_for(asyncio.gather(*callers[1:]), BOUND)
         assert [["k.0", "k.1", "k.2"]] == fake.calls  # k.0 was sent
@@ -577,8 +554,8 @@ def test_async_a_call_cancelled_before_it_ran_frees_its_slot_and_tells_its_calle
         fake = AsyncFake()
         driver = tasks_over(fake)
         callers = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(2)]
-        await asyncio.sleep(0)  # the callers queue their ops and schedule the flush
-        await asyncio.sleep(0)  # the flush starts the call's task
+        # the callers queue their ops, the flush takes them and starts the call's task
+        await observed(driver).until(lambda: observed(driver).taken == 1, "the flush")
         (task,) = driver.tasks
         assert [] == fake.calls  # not run yet
         task.cancel()
@@ -682,7 +659,7 @@ def test_async_errors_reach_only_the_calls_they_concern() -> None:
         first = asyncio.ensure_future(driver.submit("k.0", None))
         await asyncio.wait_for(entered.wait(), BOUND)
         behind = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(1, 3)]
-        await settle()
+        await observed(driver).queued(2)
         release.set()
         results = await asyncio.wait_for(asyncio.gather(first, *behind, return_exceptions=True), BOUND)
         assert [failure] * 3 == results
@@ -697,7 +674,7 @@ def test_async_drain_answers_every_queued_op() -> None:
         driver = tasks_over(fake)
         driver.core.max_batch = 2
         callers = [asyncio.ensure_future(driver.submit(f"k.{i}", None)) for i in range(7)]
-        await asyncio.sleep(0)
+        await observed(driver).until(lambda: observed(driver).pushed == 7, "7 ops queued")
         await asyncio.wait_for(driver.drain(), BOUND)
         assert all(c.done() for c in callers)
         assert [["k.0", "k.1"], ["k.2", "k.3"], ["k.4", "k.5"], ["k.6"]] == fake.calls

@@ -3,8 +3,8 @@ Redis and PostgreSQL, threads and asyncio.
 
 Where a test must hold a call in flight, it wraps the store's lowest call (Redis
 ``shell.call``, PostgreSQL ``shell.execute``) with a gate: the first call after the warm-up waits
-until the test opens the gate, then goes to the server. Threads are known to be queued
-because the store's queue announces each op it takes (a Condition). Every wait is
+until the test opens the gate, then goes to the server. Threads and tasks are known to be queued
+because the store's queue announces each op it takes (``observed_queue``). Every wait is
 bounded: a store that wedges fails the test instead of hanging the suite. Each test has
 its own key prefix (Redis) or schema (PostgreSQL).
 """
@@ -28,7 +28,7 @@ from ratekeeper import Decision, Rule
 from ratekeeper.errors import StoreError, StoreTimeout
 from ratekeeper.op import Op
 from ratekeeper.stores import wire
-from ratekeeper.stores.coalescing import Coalescer
+from stores.observed_queue import ObservedCoalescer, finished
 
 NOW = 1_763_870_000_000_000
 BOUND = 5.0
@@ -87,28 +87,11 @@ def decide(key: str) -> Op:
     return Op.decide(PLAN, key, 1)
 
 
-class ObservedCoalescer(Coalescer[Any, Any]):
-    """The store's queue, announcing each op it takes: ``wait_queued(n)``."""
-
-    def __init__(self, core: Coalescer[Any, Any]) -> None:
-        super().__init__(core.max_in_flight, core.max_batch, core.row, core.busy is not None)
-        self.changed = threading.Condition()
-
-    def push(self, op: Any, now: int | None, waiter: Any) -> None:
-        with self.changed:
-            super().push(op, now, waiter)
-            self.changed.notify_all()
-
-    def wait_queued(self, n: int) -> None:
-        with self.changed:
-            assert self.changed.wait_for(lambda: len(self.queue) == n, BOUND), f"{n} ops were never queued"
-
-
 def observe(store: Any) -> ObservedCoalescer:
     """Swap the (idle) store's queue for an observed one with the same settings."""
     core = store._coalescer.core
     assert core.in_flight == 0 and not core.queue
-    observed = ObservedCoalescer(core)
+    observed = ObservedCoalescer.like(core)
     store._coalescer.core = observed
     return observed
 
@@ -181,12 +164,6 @@ def joined(*threads: threading.Thread) -> None:
     for thread in threads:
         thread.join(BOUND)
         assert not thread.is_alive(), "a thread waits forever"
-
-
-async def settle() -> None:
-    """Let every ready callback run (flushes, task steps): a bounded number of loop turns."""
-    for _ in range(5):
-        await asyncio.sleep(0)
 
 
 @contextlib.contextmanager
@@ -467,15 +444,16 @@ def test_a_task_cancelled_before_its_op_is_sent_charges_nothing_after_leaves_the
     async def main() -> None:
         store = open_store(kind, place, max_in_flight=1, timeout=BOUND)
         assert (await store.decide(decide("warm"), NOW)).allowed
+        queue = observe(store)
         gate = AsyncGate(store)
         sent = asyncio.ensure_future(store.decide(decide("k"), NOW))
         companion = asyncio.ensure_future(store.decide(decide("k"), NOW))  # the same call
         await asyncio.wait_for(gate.entered.wait(), BOUND)
         queued = [asyncio.ensure_future(store.decide(decide("k"), NOW)) for _ in range(3)]
-        await settle()
+        await queue.queued(3)
         sent.cancel()  # its op is out: the call goes on for the companion
         queued[1].cancel()  # its op is still queued: withdrawn
-        await settle()
+        await finished(sent, queued[1])
         gate.opened.set()
         done = await asyncio.wait_for(asyncio.gather(companion, queued[0], queued[2]), BOUND)
         assert [LIMIT - 2, LIMIT - 3, LIMIT - 4] == [d.remaining for d in done]
@@ -543,6 +521,7 @@ def test_an_op_the_client_cannot_encode_fails_its_own_task_alone_in_a_shared_cal
     async def main() -> None:
         store = open_store(kind, place, max_in_flight=1, timeout=BOUND)
         assert (await store.decide(decide("warm"), NOW)).allowed
+        queue = observe(store)
         gate = AsyncGate(store)
         first = asyncio.ensure_future(store.decide(decide("k"), NOW))
         await asyncio.wait_for(gate.entered.wait(), BOUND)
@@ -551,7 +530,7 @@ def test_an_op_the_client_cannot_encode_fails_its_own_task_alone_in_a_shared_cal
             asyncio.ensure_future((store._submit if key == BAD_KEY else store.decide)(decide(key), NOW))
             for key in ["k", BAD_KEY, "k", "other"]
         ]
-        await settle()
+        await queue.queued(4)
         gate.opened.set()
         results = await asyncio.wait_for(asyncio.gather(first, *queued, return_exceptions=True), BOUND)
         assert isinstance(results[2], UnicodeEncodeError)
