@@ -248,6 +248,8 @@ class BaseRateLimitCore(Generic[L]):
         self.deny_response = options.get("deny_response")
         self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0))
         self._reported: RuleSet | None = None
+        self._stepped: RuleSet | None = None
+        self._step_list: tuple[_Step, ...] = ()
         self._report_rules(self._source.current())
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
         if unknown:
@@ -335,7 +337,7 @@ class BaseRateLimitCore(Generic[L]):
         method = view.method.upper()
         if method in self.exempt_methods:
             return None
-        if any(t.match(view.path) is not None for t in self.exempt_paths):
+        if self.exempt_paths and any(t.match(view.path) is not None for t in self.exempt_paths):
             return None
         lookup = _Lookup(self, view)
         if self.exempt_networks and lookup.client_address() in self.exempt_networks:
@@ -349,26 +351,40 @@ class BaseRateLimitCore(Generic[L]):
         shadow: list[tuple[HttpRule, str, int]] = []
         skipped: list[str] = []
         exempted = False
-        for rule in self.rules:
-            params = rule.match.match(method, view.path, view.host)
-            if params is None:
-                continue
-            lookup.rule_params = params
-            key = rule.key.render(lookup) if self.key is None else self.key(view, rule)
-            cost = None if key is None else self._cost(rule, view, lookup)
+        for step in self._steps():
+            rule = step.rule
+            if step.match_all:
+                lookup.rule_params = _NO_PARAMS
+            else:
+                params = rule.match.match(method, view.path, view.host)
+                if params is None:
+                    continue
+                lookup.rule_params = params
+            if step.client_key:
+                key = lookup("client_ip", None) or None
+            else:
+                key = rule.key.render(lookup) if self.key is None else self.key(view, rule)
+            cost = step.cost if step.cost is not None or key is None else self._cost(rule, view, lookup)
             if key is None or cost is None:
                 skipped.append(rule.name)
                 if self.metrics is not None:
                     self.metrics.skipped(rule.name)
                 continue
-            exempt_keys = self.exempt_keys.get(rule.name)
-            if exempt_keys is not None and key in exempt_keys:
+            if step.exempt_keys is not None and key in step.exempt_keys:
                 exempted = True
                 continue
-            (shadow if self._is_shadow(rule) else enforced).append((rule, bounded_key(key), cost))
+            (shadow if step.shadow else enforced).append((rule, bounded_key(key), cost))
         if exempted and not enforced and not shadow:
             return None
         return Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
+
+    def _steps(self) -> tuple[_Step, ...]:
+        """What ``_prepare`` does for each rule in force, worked out once per version of the rules."""
+        ruleset = self.rules
+        if ruleset is not self._stepped:
+            self._step_list = tuple(_Step.of(self, rule) for rule in ruleset)
+            self._stepped = ruleset
+        return self._step_list
 
     def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
         """The rule's cost for this request; None when it cannot be read from it."""
@@ -422,6 +438,38 @@ class BaseRateLimitCore(Generic[L]):
         if not verdict.charges:
             return False
         return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
+
+
+_NO_PARAMS: Mapping[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class _Step:
+    """One rule as ``_prepare`` applies it, with what does not depend on the request
+    worked out beforehand: whether it matches every request, whether its key is the
+    client's address alone, its cost when that is a constant, shadow or not, and the keys
+    it exempts."""
+
+    rule: HttpRule
+    match_all: bool
+    client_key: bool
+    cost: int | None
+    """The cost of every request; None when it is read from the request (``_cost``)."""
+    shadow: bool
+    exempt_keys: frozenset[str] | None
+
+    @classmethod
+    def of(cls, core: BaseRateLimitCore[Any], rule: HttpRule) -> _Step:
+        m = rule.match
+        constant = core.cost is None and not isinstance(rule.cost, KeyTemplate)
+        return cls(
+            rule,
+            match_all=not m.methods and not m.hosts and not m.paths,
+            client_key=core.key is None and rule.key.parts == (("client_ip", None),),
+            cost=as_cost(rule.cost) if constant else None,
+            shadow=core._is_shadow(rule),
+            exempt_keys=core.exempt_keys.get(rule.name),
+        )
 
 
 LEDGER = "ratekeeper.ledger"
