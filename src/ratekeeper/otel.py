@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.metrics import BREAKER_STATES, LATENCY_BUCKETS
 
 if TYPE_CHECKING:
@@ -221,7 +222,8 @@ def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
     the exporter packages declare, as ``opentelemetry-instrument`` finds them; each
     exporter reads its own variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...), the resource
     reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``, the metric reader
-    ``OTEL_METRIC_EXPORT_INTERVAL``. Needs ``opentelemetry-sdk`` and the exporters named.
+    ``OTEL_METRIC_EXPORT_INTERVAL``. ``ConfigurationError`` when ``opentelemetry-sdk`` or
+    an exporter named is not installed.
     """
     try:
         from opentelemetry.sdk.metrics import MeterProvider
@@ -230,10 +232,9 @@ def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
+        raise ConfigurationError(
             "--otel needs the OpenTelemetry SDK and an exporter: pip install opentelemetry-sdk "
-            "opentelemetry-exporter-otlp (or set OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER to console)",
-            name="opentelemetry.sdk",
+            "opentelemetry-exporter-otlp (or set OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER to console)"
         ) from exc
 
     named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
@@ -263,7 +264,7 @@ def _exporters(group: str, variable: str) -> list[Any]:
     for exporter_name in names:
         found = entry_points(group=group, name=exporter_name)
         if not found:
-            raise ModuleNotFoundError(
+            raise ConfigurationError(
                 f"{variable}={exporter_name}: no OpenTelemetry exporter of that name is installed "
                 f"(otlp: pip install opentelemetry-exporter-otlp)"
             )

@@ -5,6 +5,9 @@ its stdout), and its /metrics holds the limit gauge of each configured rule."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,21 @@ def test_serve_with_otel_exports_spans_and_metrics_and_never_the_key(tmp_path: P
     limits = {(p["attributes"]["limit"], p["value"]) for p in instruments["ratekeeper.rule_limit"]}
     assert {("2/minute", 2), ("10/hour", 10)} == limits
     assert {"allowed", "refused"} == {p["attributes"]["result"] for p in instruments["ratekeeper.decision_latency"]}
+
+
+def test_serve_with_otel_and_an_exporter_not_installed_cannot_start(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parents[2] / "src"
+    environment = {**os.environ, **CONSOLE, "OTEL_METRICS_EXPORTER": "nonesuch", "PYTHONPATH": str(src)}
+    ports = ["--http-port", "0", "--grpc-port", "0", "--admin-port", "0"]
+    run = subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "serve", "--otel", *ports],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 2 == run.returncode
+    assert "OTEL_METRICS_EXPORTER=nonesuch: no OpenTelemetry exporter of that name is installed" in run.stderr
+    assert "Traceback" not in run.stderr
