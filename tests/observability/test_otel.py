@@ -171,3 +171,17 @@ def test_a_servers_request_counter_counts_in_both(exported: Exported) -> None:
     count()
     assert 2 == exported.metrics.value("ratekeeper_requests_total", transport="http")
     assert 2 == exported.points("ratekeeper.requests")[(("transport", "http"),)].value
+
+
+def test_a_decision_span_is_a_child_of_the_span_current_where_it_was_decided() -> None:
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    metrics = Metrics(otel=OpenTelemetry(MeterProvider(), tracer_provider))
+    limiter = Limiter("memory://", observer=metrics)
+    with tracer_provider.get_tracer("app").start_as_current_span("GET /items") as request:
+        limiter.try_acquire(Rule("otel.nested", "5/minute"), SECRET)
+    (decision,) = [s for s in spans.get_finished_spans() if s.name == SPAN_NAME]
+    assert decision.parent is not None
+    assert request.get_span_context().span_id == decision.parent.span_id
+    assert request.get_span_context().trace_id == decision.context.trace_id
