@@ -178,27 +178,41 @@ def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
     reports its tightest state (least remaining, then longest wait), so a client reading
     one item per policy reads the one that binds.
     """
-    policy: dict[str, str] = {}
+    policy: dict[str, None] = {}
     state: dict[str, tuple[int, int]] = {}
     for d in decisions:
         limits = d.rule_limits
         if not limits:
             continue  # a key that no limit applies to: nothing to advertise
-        items, members = _policy(d.rule, limits)
+        items, members = _rule_policy(d.rule, limits)
         if not items:
             continue
-        policy.setdefault(members, members)
+        policy[members] = None
         for i, item in items:
-            now = (_limit_r(d, i), _limit_t(d, i))
+            r, t = _limit_r(d, i), _limit_t(d, i)
             seen = state.get(item)
-            if seen is None or (now[0], -now[1]) < (seen[0], -seen[1]):
-                state[item] = now
+            if seen is None or r < seen[0] or (r == seen[0] and t > seen[1]):
+                state[item] = (r, t)
     if not policy:
         return []
     return [
         ("RateLimit-Policy", ", ".join(policy)),
-        ("RateLimit", ", ".join(f"{item};r={r};t={t}" for item, (r, t) in state.items())),
+        ("RateLimit", ", ".join([f"{item};r={r};t={t}" for item, (r, t) in state.items()])),
     ]
+
+
+_last_policy: list[tuple[str, tuple[Limit, ...], tuple[tuple[tuple[int, str], ...], str]]] = []
+
+
+def _rule_policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[tuple[int, str], ...], str]:
+    """``_policy(rule, limits)``, the last answer kept by the limits' identity: the
+    decisions of a rule share its tuple of limits, and hashing it costs more than the lookup."""
+    for last in _last_policy:  # none or one
+        if last[1] is limits and last[0] == rule:
+            return last[2]
+    found = _policy(rule, limits)
+    _last_policy[:] = [(rule, limits, found)]
+    return found
 
 
 def _reported(decisions: Sequence[Decision]) -> tuple[Decision, int] | None:
