@@ -20,7 +20,7 @@ import psycopg
 import pytest
 
 import fault_load
-from fault_load import load, threads_through
+from fault_load import Progress, load, threads_through
 from ratekeeper import AsyncLimiter, Decision, Limiter, Rule, StoreError, StoreTimeout
 from ratekeeper.limiter.breaker import CLOSED, OPEN, CircuitBreaker
 from ratekeeper.stores import wire
@@ -184,11 +184,11 @@ def test_restart_mid_load_from_threads_no_error_reaches_the_callers(
     server = fresh_postgres_server
     limiter, _ = limiter_on(server, key_prefix, "allow")
 
-    def disrupt() -> None:
-        time.sleep(0.3)
+    def disrupt(progress: Progress) -> None:
+        progress.wait_for(None, 20, RECOVERY)  # the store decides
         server.restart(mode="immediate")
         wait_for_store(limiter, RULE)
-        time.sleep(0.3)
+        progress.wait_for(None, 20, RECOVERY)  # the store decides again
 
     errors, slowest, seen = threads_through(limiter, RULE, disrupt, join=RECOVERY)
     assert [] == errors

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import fault_load
-from fault_load import load, threads_through, timed
+from fault_load import Progress, load, threads_through, timed
 from ratekeeper import AsyncLimiter, Decision, Limiter, Rule, StoreError
 from ratekeeper.limiter.breaker import CLOSED, OPEN, CircuitBreaker
 from ratekeeper.stores.redis.store import RedisStore
@@ -159,13 +159,13 @@ def test_restart_mid_load_from_threads_no_error_reaches_the_callers_and_the_stor
     """
     limiter, _ = limiter_on(redis_server, key_prefix, "allow")
 
-    def disrupt() -> None:
-        time.sleep(0.2)
+    def disrupt(progress: Progress) -> None:
+        progress.wait_for(None, 20, RECOVERY)  # the store decides
         redis_server.stop()
-        time.sleep(0.5)  # longer than the client's own reconnect retries: the policy must answer
+        progress.wait_for("allow", 20, RECOVERY)  # past the client's own reconnect retries: the policy answers
         redis_server.start()
         wait_for_store(limiter, RULE)
-        time.sleep(0.2)
+        progress.wait_for(None, 20, RECOVERY)  # the store decides again
 
     errors, slowest, seen = threads_through(limiter, RULE, disrupt, join=RECOVERY)
     assert [] == errors
