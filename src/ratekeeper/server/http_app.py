@@ -86,8 +86,10 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
 
 
-_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
-"""``json.dumps(doc, separators=(",", ":"))`` without building an encoder per answer."""
+_ENCODE = json.JSONEncoder(separators=(",", ":"), check_circular=False).encode
+"""``json.dumps(doc, separators=(",", ":"))`` without building an encoder per answer, nor
+tracking every container for cycles: an answer is built afresh from plain values, so it
+never holds one."""
 
 
 def json_response(status: int, doc: Any, headers: list[tuple[str, str]] | None = None) -> Response:
