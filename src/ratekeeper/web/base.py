@@ -123,6 +123,7 @@ from ratekeeper.web.problem import (
 from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
 
 if TYPE_CHECKING:
+    from ratekeeper.rule import Rule
     from ratekeeper.web.core_async import AsyncRateLimitCore
 
 __all__ = ["LEDGER", "BaseRateLimitCore", "CheckFlow", "CoreOptions", "RequestLedger", "WebMetrics"]
@@ -308,7 +309,10 @@ class BaseRateLimitCore(Generic[L]):
         """The verdict of a request of one enforced rule (``Prepared.one``), decided by the
         limiter's ``try_acquire``: what its transaction's one ``try_acquire_many`` of one item is."""
         rule, key, cost = prepared.enforced[0]
-        return self._verdict(prepared, Outcome(decision.allowed, (Entry(rule.rule, key, cost),), (decision,)))
+        if decision.allowed:
+            charge = Charge(rule.rule, key, cost, decision.lease_id)
+            return self._admitted(prepared, ((rule.rule, decision),), (), (charge,))
+        return self._verdict(prepared, Outcome(False, (Entry(rule.rule, key, cost),), (decision,)))
 
     def _timed(self, start: float, verdict: Verdict) -> None:
         """Report the decision's time to the metrics (``decision_time``, optional like
@@ -408,16 +412,14 @@ class BaseRateLimitCore(Generic[L]):
 
     def _verdict(self, prepared: Prepared, outcome: Outcome) -> Verdict:
         n = len(prepared.enforced)
-        decisions = outcome.decisions[:n]
         shadow = outcome.decisions[n:]
-        rules = tuple(entry.rule for entry in outcome.entries[:n])
-        charges = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
-        allowed = outcome.allowed
-        headers = rate_limit_headers(
-            [(e.rule, d) for e, d in outcome.enforced], allowed=allowed, options=self.header_options
-        )
-        if allowed:
-            return Verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules=rules)
+        pairs = tuple((e.rule, d) for e, d in outcome.enforced)
+        if outcome.allowed:
+            charged = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
+            return self._admitted(prepared, pairs, shadow, charged)
+        decisions = outcome.decisions[:n]
+        rules = tuple(rule for rule, _ in pairs)
+        headers = rate_limit_headers(pairs, allowed=False, options=self.header_options)
         denied = tuple(d for d in decisions if not d.allowed)
         custom = None if self.deny_response is None else custom_denial(self.deny_response, denied)
         if custom is not None:
@@ -431,7 +433,21 @@ class BaseRateLimitCore(Generic[L]):
                 status, data = LIMITER_UNAVAILABLE_STATUS, unavailable_body(denied, retry)
             else:
                 status, data = 429, problem_body(denied, retry)
-        return Verdict(False, tuple(headers), status, data, decisions, shadow, charges, prepared.skipped, rules=rules)
+        # a refused request charged nothing
+        return Verdict(False, tuple(headers), status, data, decisions, shadow, (), prepared.skipped, rules=rules)
+
+    def _admitted(
+        self,
+        prepared: Prepared,
+        pairs: tuple[tuple[Rule, Decision], ...],
+        shadow: tuple[Decision, ...],
+        charges: tuple[Charge, ...],
+    ) -> Verdict:
+        """The verdict of an admitted request: ``pairs`` its enforced rules' decisions."""
+        headers = rate_limit_headers(pairs, allowed=True, options=self.header_options)
+        decisions = tuple(d for _, d in pairs)
+        rules = tuple(rule for rule, _ in pairs)
+        return Verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules=rules)
 
     def needs_finish(self, verdict: Verdict) -> bool:
         """Whether ``finish`` has anything to do for ``verdict`` (refunds configured, or leases held)."""

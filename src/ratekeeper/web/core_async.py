@@ -27,7 +27,7 @@ class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
     async def check(self, view: RequestView) -> Verdict:
         """Decide ``view``: its transaction, run by the limiter (``check_flow``); a request
         of one enforced rule is one ``try_acquire``, called without the transaction's steps."""
-        start = perf_counter()
+        start = perf_counter() if self._decision_time is not None else 0.0
         prepared = self.prepare(view)
         if isinstance(prepared, Verdict):
             verdict = prepared
