@@ -344,7 +344,7 @@ class BaseRateLimitCore(Generic[L]):
         if self.exempt_paths and any(t.match(view.path) is not None for t in self.exempt_paths):
             return None
         lookup = _Lookup(self, view)
-        if self.exempt_networks and lookup.client_address() in self.exempt_networks:
+        if self.exempt_networks.networks and lookup.client_address() in self.exempt_networks:
             return None
         if self.exempt is not None and self.exempt(view):
             return None
