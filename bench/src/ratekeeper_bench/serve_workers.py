@@ -11,11 +11,12 @@ of each worker; the supervisor's, which does no request work, is counted too). S
 alternate round by round, and the median of each is compared with one process's: the
 target is at least ``TARGET`` of its decisions per CPU-second.
 
-A fourth setup, one process under 1/N of the connections, gives one process the load that
-each of N workers gets: a process that answers fewer requests at a time batches fewer
-decisions per store round trip and per event-loop turn, and pays more CPU for each. When
-N workers match that setup and not the fully loaded process, what they lose is that, not
-the workers' machinery.
+Two more setups tell the workers' machinery from the load each process gets: one process
+under 1/N of the connections (the load each of N workers gets), and N workers under N
+times the connections (each worker as loaded as the one process). A process that answers
+fewer requests at a time coalesces fewer decisions into each store round trip and pays
+more CPU for each; when N workers match one process at the same load per process, what
+they lose under the same total load is that, not the workers' machinery.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def run_workers_bench(
     with tempfile.TemporaryDirectory(prefix="rk-bench-workers-") as tmp:
         directory = Path(tmp)
         rules = rules_files(names, directory)
-        share = f"1 process, 1/{workers} load"
+        share, scaled = f"1 process, 1/{workers} load", f"--workers {workers}, {workers}x load"
         setups: dict[str, Callable[[], list[_Serve]]] = {
             "1 process": lambda: [_Serve(1, redis_url, rules, directory / f"{uuid.uuid4().hex}.log")],
             f"--workers {workers}": lambda: [_Serve(workers, redis_url, rules, directory / f"{uuid.uuid4().hex}.log")],
@@ -166,6 +167,7 @@ def run_workers_bench(
                 _Serve(1, redis_url, rules, directory / f"{uuid.uuid4().hex}.log") for _ in range(workers)
             ],
             share: lambda: [_Serve(1, redis_url, rules, directory / f"{uuid.uuid4().hex}.log")],
+            scaled: lambda: [_Serve(workers, redis_url, rules, directory / f"{uuid.uuid4().hex}.log")],
         }
         for round_ in range(rounds):
             for setup, make in setups.items():
@@ -178,11 +180,15 @@ def run_workers_bench(
                         # to keep N workers busy on a small machine); the share setup gets one.
                         if setup == share:
                             measured = _measure(setup, serves, transport, names, seconds, connections // workers, 1)
+                        elif setup == scaled:
+                            measured = _measure(
+                                setup, serves, transport, names, seconds, connections * workers, workers
+                            )
                         else:
                             measured = _measure(setup, serves, transport, names, seconds, connections, workers)
                         results.append(measured)
                         print(
-                            f"round {round_ + 1} {setup:>20} {transport:>4}: {measured.decisions:>7} decisions, "
+                            f"round {round_ + 1} {setup:>22} {transport:>4}: {measured.decisions:>7} decisions, "
                             f"{measured.cpu:6.2f} CPU s, {measured.per_cpu_second:8.0f} per CPU-second",
                             file=out,
                             flush=True,
