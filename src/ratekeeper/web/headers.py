@@ -252,6 +252,26 @@ def x_ratelimit_fields(
     ]
 
 
+def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], float]) -> list[tuple[str, str]]:
+    """``ratelimit_fields([d])`` and ``x_ratelimit_fields([d], ...)`` for a decision of a
+    rule of one limit, as most requests have: both report that limit, with the same
+    remaining count and seconds, so each is worked out once."""
+    r, t = _limit_r(d, 0), _limit_t(d, 0)
+    headers: list[tuple[str, str]] = []
+    if options.ratelimit:
+        items, members = _rule_policy(d.rule, d.rule_limits)
+        if items:
+            headers += [("RateLimit-Policy", members), ("RateLimit", f"{items[0][1]};r={r};t={t}")]
+    if options.x_ratelimit:
+        reset = t if options.reset == "seconds" else math.ceil(now()) + t
+        headers += [
+            ("X-RateLimit-Limit", str(d.rule_limits[0].count)),
+            ("X-RateLimit-Remaining", str(r)),
+            ("X-RateLimit-Reset", str(reset)),
+        ]
+    return headers
+
+
 def retry_after_seconds(decisions: Iterable[Decision]) -> int | None:
     """Whole seconds (at least 1) until every refusing decision admits; None when never."""
     worst = 0
@@ -282,11 +302,15 @@ def rate_limit_headers(
     decisions (``advertised``) and, when the request was refused, ``Retry-After``."""
     pairs = list(enforced)
     shown = advertised(pairs)
-    headers: list[tuple[str, str]] = []
-    if options.ratelimit:
-        headers += ratelimit_fields(shown)
-    if options.x_ratelimit:
-        headers += x_ratelimit_fields(shown, options.reset, now)
+    headers: list[tuple[str, str]]
+    if len(shown) == 1 and len(shown[0].rule_limits) == 1:
+        headers = _one_limit_fields(shown[0], options, now)
+    else:
+        headers = []
+        if options.ratelimit:
+            headers += ratelimit_fields(shown)
+        if options.x_ratelimit:
+            headers += x_ratelimit_fields(shown, options.reset, now)
     if not allowed:
         retry = retry_after_seconds(d for _, d in pairs)
         if retry is not None:
