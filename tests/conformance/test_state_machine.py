@@ -2,7 +2,8 @@
 
 The same comparison as ``test_traces`` (``conformance.traces.Session``), driven by a
 ``RuleBasedStateMachine``: one rule (any algorithm), two keys, and steps that advance the
-clock (sometimes back), acquire, reserve, peek, refund or release, and reset, chosen and
+clock (sometimes back), acquire, reserve, peek, charge without a check, refund or
+release, and reset, chosen and
 shrunk by hypothesis step by step. At the end every key is peeked once more.
 """
 
@@ -21,6 +22,7 @@ from conformance.traces import (
     STARTS,
     Acquire,
     Advance,
+    Charge,
     Peek,
     Refund,
     Release,
@@ -75,6 +77,13 @@ def test_store_follows_the_reference_step_by_step(harness: StoreHarness) -> None
         @rule(key=KEYS, cost=COSTS)
         def peek(self, key: int, cost: int) -> None:
             self.session.apply(Peek(0, key, cost))
+
+        @rule(key=KEYS, cost=st.one_of(st.just(1), st.integers(0, 31)))
+        def charge(self, key: int, cost: int) -> None:
+            if self.spec.algorithm in LEASING:
+                self.session.apply(Peek(0, key, cost))
+            else:
+                self.session.apply(Charge(0, key, cost))
 
         @rule(key=KEYS, cost=COSTS, lease=st.integers(0, 7))
         def give_back(self, key: int, cost: int, lease: int) -> None:

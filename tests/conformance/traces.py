@@ -42,6 +42,7 @@ __all__ = [
     "Acquire",
     "Advance",
     "Batch",
+    "Charge",
     "Op",
     "Peek",
     "Reference",
@@ -128,6 +129,15 @@ class Peek:
 
 
 @dataclass(frozen=True)
+class Charge:
+    """Charge ``cost`` without a check (not for concurrency rules): the key may go into debt."""
+
+    rule: int
+    key: int
+    cost: int
+
+
+@dataclass(frozen=True)
 class Refund:
     """Give back ``cost`` (not for concurrency rules: they release leases)."""
 
@@ -159,7 +169,7 @@ class Batch:
     items: tuple[tuple[int, int, int], ...]
 
 
-Op = Advance | Acquire | Peek | Refund | Release | Reset | Batch
+Op = Advance | Acquire | Peek | Charge | Refund | Release | Reset | Batch
 
 
 @dataclass(frozen=True)
@@ -230,6 +240,11 @@ def _costs(spec: RuleSpec) -> st.SearchStrategy[int]:
     return st.one_of(st.just(1), st.integers(0, spec.capacity + 1))
 
 
+def charge_costs(spec: RuleSpec) -> st.SearchStrategy[int]:
+    """Mostly 1; else 0 to past three capacities (deeper than the deepest debt)."""
+    return st.one_of(st.just(1), st.integers(0, 3 * spec.capacity + 1))
+
+
 def _max_waits(spec: RuleSpec) -> st.SearchStrategy[int | None]:
     longest = max(limit.period_us for limit in spec.limits)
     return st.one_of(st.none(), st.just(0), st.integers(0, 3 * longest), st.just(UNBOUNDED_WAIT))
@@ -253,6 +268,13 @@ def _operations(rules: tuple[RuleSpec, ...], keys: int) -> st.SearchStrategy[Op]
         return Peek(i, draw(key_index), draw(_costs(rules[i])))
 
     @st.composite
+    def charge(draw: st.DrawFn) -> Charge | Peek:
+        i = draw(rule_index)
+        if rules[i].algorithm in LEASING:
+            return Peek(i, draw(key_index), draw(_costs(rules[i])))
+        return Charge(i, draw(key_index), draw(charge_costs(rules[i])))
+
+    @st.composite
     def give_back(draw: st.DrawFn) -> Refund | Release:
         i = draw(rule_index)
         if rules[i].algorithm in LEASING:
@@ -267,7 +289,7 @@ def _operations(rules: tuple[RuleSpec, ...], keys: int) -> st.SearchStrategy[Op]
     advance = _steps(rules).map(Advance)
     reset = st.builds(Reset, rule_index, key_index)
     batch = st.lists(item(), min_size=1, max_size=3).map(lambda items: Batch(tuple(items)))
-    return st.one_of(advance, advance, acquire(), acquire(), acquire(), peek(), give_back(), reset, batch)
+    return st.one_of(advance, advance, acquire(), acquire(), acquire(), peek(), charge(), give_back(), reset, batch)
 
 
 @st.composite
@@ -347,14 +369,19 @@ class Reference:
         now: int,
         commit: bool,
         answer: Any,
+        charge: bool = False,
     ) -> list[Decision]:
         """The reference decisions the store's ``answer`` is checked against: [] when it
         matched one (and the candidates are narrowed to those that give it), else every
-        decision the reference allows."""
+        decision the reference allows. With ``charge``: a charge without a check
+        (``Algorithm.charge``)."""
         slot = (plan.table, key)
         outcomes = []
         for state in self._options(slot):
-            new, decision = plan.algorithm.decide(plan, state, now, cost, max_wait, lease_id)
+            if charge:
+                new, decision = plan.algorithm.charge(plan, state, now, cost)
+            else:
+                new, decision = plan.algorithm.decide(plan, state, now, cost, max_wait, lease_id)
             outcomes.append((state, new, decision))
         matching = [(state, new) for state, new, decision in outcomes if same(answer, decision)]
         if not matching:
@@ -506,6 +533,10 @@ class Session:
             plan, key = self.rules[op.rule].plan, self.keys[op.key]
             got = self.call("decide", StoreOp.peek(plan, key, op.cost), self.now)
             self.compare(op, got, self.reference.decide(plan, key, op.cost, None, None, self.now, False, got))
+        elif isinstance(op, Charge):
+            plan, key = self.rules[op.rule].plan, self.keys[op.key]
+            got = self.call("decide", StoreOp.charge(plan, key, op.cost), self.now)
+            self.compare(op, got, self.reference.decide(plan, key, op.cost, None, None, self.now, True, got, True))
         elif isinstance(op, Refund):
             plan, key = self.rules[op.rule].plan, self.keys[op.key]
             self.reference.refund(plan, key, op.cost, None, self.now)

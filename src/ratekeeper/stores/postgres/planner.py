@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ratekeeper.op import Op
+from ratekeeper.op import CHARGE, Op
 from ratekeeper.stores import wire
 from ratekeeper.stores.coalescing import Coalescer
 from ratekeeper.stores.postgres.options import PostgresOptions, statement_ms
@@ -112,8 +112,8 @@ class PostgresPlanner:
             f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), "
             f"{opts.schema}.{opts.table}_decide_single(%s::text, %s::text), {opts.schema}.{opts.table}_sweep(0), "
             f"{opts.schema}.{opts.table}_log_flush(%s::text, %s::numeric[]), "
-            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 1, false), "
-            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 50, true)",
+            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 1, 'd'), "
+            f"{log}(%s::text, %s::numeric[], NULL, 1000, '{{1,10}}', 50, 'r')",
             (
                 keys,
                 ",".join(fields),
@@ -160,8 +160,9 @@ class PostgresPlanner:
         """The statement and parameters deciding ``ops`` in one round trip: a lone decide or
         peek takes ``<table>_gcra_one`` for a one-limit GCRA rule (the least arithmetic) and
         ``<table>_decide_single`` for any other rule (the same decision without the general
-        function's loops and working copies); every other call takes ``<table>_decide``."""
-        if len(ops) == 1 and ops[0][0] != wire.REFUND:
+        function's loops and working copies); every other call (a refund, a charge without a
+        check, several ops) takes ``<table>_decide``."""
+        if len(ops) == 1 and ops[0][0] not in (wire.REFUND, CHARGE):
             op = ops[0]
             mode, plan, key, cost, max_wait, lease = op
             spec = _gcra_one(plan)

@@ -7,10 +7,11 @@
 --            array; a lease id has its '%' and ',' percent-encoded, the other fields are
 --            numbers and names):
 --           now ("" = this server's clock_timestamp(), else µs), atomic ("1" / "0"),
---           n_ops, then per op: mode ("d" decide, "p" peek, "r" refund), key index,
+--           n_ops, then per op: mode ("d" decide, "p" peek, "r" refund, "c" charge
+--           without a check), key index,
 --           algorithm, n_limits, n_limits x spec fields, cost, max_wait ("" = none),
 --           lease ("" = none)
---   returns the flat reply: per "d" / "p" op allowed, denied_index, retry_us, delay_us,
+--   returns the flat reply: per "d" / "p" / "c" op allowed, denied_index, retry_us, delay_us,
 --           remaining_1..n, reset_1..n; per "r" op 1, but 0 for a release of a lease this
 --           key did not hold (expired, released, another key's or rule's)
 --
@@ -165,6 +166,40 @@ BEGIN
         lease := nullif(args[pos + 2], '');
         pos := pos + 3;
         s := slots[k];
+        IF mode = 'c' THEN
+            -- A charge without a check (Algorithm.charge): no lease, nothing refused.
+            new_leases := s.leases;
+            CASE algo
+                WHEN 'gcra', 'leaky_bucket' THEN
+                    SELECT * INTO new_state, reply FROM @schema@.rk_gcra_charge(s.state, now_us, spec, cost);
+                WHEN 'token_bucket' THEN
+                    SELECT * INTO new_state, reply FROM @schema@.rk_token_bucket_charge(s.state, now_us, spec, cost);
+                WHEN 'fixed_window' THEN
+                    SELECT * INTO new_state, reply FROM @schema@.rk_fixed_window_charge(s.state, now_us, spec, cost);
+                WHEN 'sliding_window_counter' THEN
+                    SELECT * INTO new_state, reply
+                    FROM @schema@.rk_sliding_window_counter_charge(s.state, now_us, spec, cost);
+                WHEN 'sliding_window_log' THEN
+                    res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode);
+                    new_state := res.new_state;
+                    reply := res.reply;
+                    logs[k] := true;
+                ELSE
+                    RAISE EXCEPTION 'ratekeeper: % cannot charge without a check', algo;
+            END CASE;
+            out := out || reply;
+            IF new_state IS DISTINCT FROM s.state THEN
+                s.state := new_state;
+                s.dirty := true;
+                life := 0;
+                FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
+                    life := greatest(life, reply[j]);
+                END LOOP;
+                s.life := life;
+            END IF;
+            slots[k] := s;
+            CONTINUE;
+        END IF;
         CASE algo
             WHEN 'gcra' THEN
                 res := @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
@@ -175,7 +210,7 @@ BEGIN
             WHEN 'leaky_bucket' THEN
                 res := @schema@.rk_leaky_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
             WHEN 'sliding_window_log' THEN
-                res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode = 'r');
+                res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode);
                 logs[k] := true;
             WHEN 'sliding_window_counter' THEN
                 res := @schema@.rk_sliding_window_counter(
@@ -193,7 +228,7 @@ BEGIN
             out := out || coalesce(reply, ARRAY[1]::bigint[]);
             -- As MemoryStore.refund: a state that is whole again is deleted.
             IF algo = 'sliding_window_log' THEN
-                chk := @schema@.@table@_sliding_window_log(keys[k], new_state, new_leases, now_us, spec, 0, false);
+                chk := @schema@.@table@_sliding_window_log(keys[k], new_state, new_leases, now_us, spec, 0, 'p');
             ELSE
                 chk := @schema@.rk_apply(algo, new_state, new_leases, now_us, spec, 0, NULL, NULL, false);
             END IF;

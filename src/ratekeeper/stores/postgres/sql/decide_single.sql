@@ -69,7 +69,7 @@ BEGIN
             WHEN 'leaky_bucket' THEN
                 res := @schema@.rk_leaky_bucket(st, ls, now_us, spec, cost, mw, lease, false);
             WHEN 'sliding_window_log' THEN
-                res := @schema@.@table@_sliding_window_log(k, st, ls, now_us, spec, cost, false);
+                res := @schema@.@table@_sliding_window_log(k, st, ls, now_us, spec, cost, 'd');
             WHEN 'sliding_window_counter' THEN
                 res := @schema@.rk_sliding_window_counter(st, ls, now_us, spec, cost, mw, lease, false);
             WHEN 'concurrency' THEN

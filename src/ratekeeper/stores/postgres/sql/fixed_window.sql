@@ -111,3 +111,39 @@ BEGIN
     END;
 END
 $$;
+
+-- A charge without a check (FixedWindow.charge_one per limit): the window's count may pass
+-- the limit, never past twice it. The reply as for an admission, each remaining below 0
+-- while in debt.
+CREATE OR REPLACE FUNCTION @schema@.rk_fixed_window_charge(
+    st numeric[], now_us bigint, spec bigint[], cost bigint, OUT new_state numeric[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    cnt int := array_length(spec, 1) / 2;
+    lim bigint;
+    period bigint;
+    win numeric;
+    count_ numeric;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_state := CASE WHEN cost = 0 THEN st ELSE '{}' END;
+    FOR i IN 1..cnt LOOP
+        lim := spec[2 * i - 1];
+        period := spec[2 * i];
+        win := @schema@.rk_fdiv(now_us, period);
+        count_ := 0;
+        IF st IS NOT NULL AND st[2 * i - 1] >= win THEN
+            win := st[2 * i - 1];
+            count_ := st[2 * i];
+        END IF;
+        count_ := count_ + @schema@.rk_debt_charge(cost, lim - count_, lim);
+        remaining[i] := lim - count_;
+        resets[i] := CASE WHEN count_ > 0 THEN (win + 1) * period - now_us ELSE 0 END;
+        IF cost <> 0 THEN
+            new_state := new_state || ARRAY[win, count_];
+        END IF;
+    END LOOP;
+    reply := ARRAY[1, -1, 0, 0]::bigint[] || remaining || resets;
+END
+$$;

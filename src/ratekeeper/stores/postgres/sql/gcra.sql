@@ -248,3 +248,39 @@ BEGIN
     RETURN '1,' || ahead;
 END
 $$;
+
+-- A charge without a check (Gcra.charge_one per limit), shared with the leaky bucket: tat
+-- moves by cost whatever it is, past tau but never past 2 * tau. The reply as for an
+-- admission, without retry or delay, each remaining below 0 while in debt.
+CREATE OR REPLACE FUNCTION @schema@.rk_gcra_charge(
+    st numeric[], now_us bigint, spec bigint[], cost bigint, OUT new_state numeric[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    cnt int := array_length(spec, 1) / 4;
+    n bigint;
+    d bigint;
+    cap bigint;
+    tau bigint;
+    nd numeric;
+    tat numeric;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_state := CASE WHEN cost = 0 THEN st ELSE '{}' END;
+    FOR i IN 1..cnt LOOP
+        n := spec[4 * i - 3];
+        d := spec[4 * i - 2];
+        cap := spec[4 * i - 1];
+        tau := spec[4 * i];
+        nd := now_us::numeric * d;
+        tat := @schema@.rk_gcra_tat(st, i, now_us, n, d, cap);
+        tat := tat + @schema@.rk_debt_charge(cost, @schema@.rk_fdiv(tau - tat + nd, n), cap) * n;
+        remaining[i] := @schema@.rk_fdiv(tau - tat + nd, n);
+        resets[i] := @schema@.rk_cdiv(tat - nd, d);
+        IF cost <> 0 THEN
+            new_state := new_state || ARRAY[tat, n, d, cap];
+        END IF;
+    END LOOP;
+    reply := ARRAY[1, -1, 0, 0]::bigint[] || remaining || resets;
+END
+$$;

@@ -78,6 +78,12 @@ CREATE OR REPLACE FUNCTION @schema@.rk_cdiv(a numeric, b numeric) RETURNS numeri
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN a > 0 AND mod(a, b) <> 0 THEN div(a, b) + 1 ELSE div(a, b) END $$;
 
+-- base.debt_charge: what a charge without a check of cost takes from a limit with left
+-- remaining (below 0 in debt): all of it, never past -deepest (the count, or the burst).
+CREATE OR REPLACE FUNCTION @schema@.rk_debt_charge(cost numeric, left_ numeric, deepest numeric) RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT CASE WHEN cost <= deepest + left_ THEN cost WHEN deepest + left_ > 0 THEN deepest + left_ ELSE 0 END $$;
+
 -- base.later: whether retry time a is later than b (-1 = never, the latest).
 CREATE OR REPLACE FUNCTION @schema@.rk_later(a numeric, b numeric) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS

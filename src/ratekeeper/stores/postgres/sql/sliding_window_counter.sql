@@ -154,3 +154,41 @@ BEGIN
     END;
 END
 $$;
+
+-- A charge without a check (SlidingWindowCounter.charge_one per limit): the current window's
+-- count may bring what the windows count past the limit, never past twice it. The reply
+-- as for an admission, each remaining below 0 while in debt.
+CREATE OR REPLACE FUNCTION @schema@.rk_sliding_window_counter_charge(
+    st numeric[], now_us bigint, spec bigint[], cost bigint, OUT new_state numeric[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    cnt int := array_length(spec, 1) / 2;
+    lim bigint;
+    period bigint;
+    win numeric;
+    prev numeric;
+    curr numeric;
+    counted numeric;
+    taken numeric;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_state := CASE WHEN cost = 0 THEN st ELSE '{}' END;
+    FOR i IN 1..cnt LOOP
+        lim := spec[2 * i - 1];
+        period := spec[2 * i];
+        win := greatest(st[3 * i - 2], @schema@.rk_fdiv(now_us, period));
+        prev := CASE WHEN st[3 * i - 2] = win THEN st[3 * i - 1] WHEN st[3 * i - 2] = win - 1 THEN st[3 * i] ELSE 0 END;
+        curr := CASE WHEN st[3 * i - 2] = win THEN st[3 * i] ELSE 0 END;
+        counted := @schema@.rk_swc_counted(prev, curr, now_us - win * period, period);
+        taken := @schema@.rk_debt_charge(cost, lim - counted, lim);
+        curr := curr + taken;
+        remaining[i] := lim - counted - taken;
+        resets[i] := @schema@.rk_swc_whole_after(win, period, now_us, prev, curr);
+        IF cost <> 0 THEN
+            new_state := new_state || ARRAY[win, prev, curr];
+        END IF;
+    END LOOP;
+    reply := ARRAY[1, -1, 0, 0]::bigint[] || remaining || resets;
+END
+$$;

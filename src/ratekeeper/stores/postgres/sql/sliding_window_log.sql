@@ -85,20 +85,24 @@ BEGIN
 END
 $$;
 
--- @schema@.@table@_sliding_window_log(lkey, st, ls, now_us, spec, cost, refund)
+-- @schema@.@table@_sliding_window_log(lkey, st, ls, now_us, spec, cost, op_mode)
 --   lkey      the storage key (its segments' key)
 --   st        the state above (NULL when absent); ls the lease ids (unused)
 --   now_us    now in µs; spec per limit (count, period_us), flattened; cost (>= 0)
---   refund    false: decide; true: take cost back from the newest entries (reply is NULL),
---             pulling the newest segment back into the head when the cut lies in it
+--   op_mode   the op's mode (wire.py): 'd' or 'p' decide; 'r' take cost back from the
+--             newest entries (reply is NULL), pulling the newest segment back into the
+--             head when the cut lies in it; 'c' append cost without a check, as much of it
+--             as keeps every limit's window within twice its count
 -- Returns new_state / new_leases and reply (the wire format's fields: allowed,
 -- denied_index, retry_us, delay_us, remaining_1..n, reset_1..n). Same steps as
--- SlidingWindowLog.decide / refund.
+-- SlidingWindowLog.decide / refund / charge.
 CREATE OR REPLACE FUNCTION @schema@.@table@_sliding_window_log(
-    lkey text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, refund boolean,
+    lkey text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, op_mode text,
     OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[])
 LANGUAGE plpgsql STABLE AS $$
 DECLARE
+    refund boolean := op_mode = 'r';
+    force boolean := op_mode = 'c';
     SEGMENT CONSTANT int := 64;  -- as in @table@_log_flush
     cnt int := array_length(spec, 1) / 2;
     len int := coalesce(array_length(st, 1), 0);
@@ -228,7 +232,7 @@ BEGIN
 
     FOR i IN 1..cnt LOOP
         lim := spec[2 * i - 1];
-        IF useds[i] + cost > lim THEN
+        IF useds[i] + cost > lim AND NOT force THEN
             period := spec[2 * i];
             IF cost > lim THEN
                 r := -1;
@@ -257,6 +261,11 @@ BEGIN
     END LOOP;
     newest := CASE WHEN total > live_before THEN last_t ELSE now_us END;
     charged := CASE WHEN denied < 0 THEN cost ELSE 0 END;
+    IF force THEN  -- as much as keeps every window within twice its count
+        FOR i IN 1..cnt LOOP
+            charged := least(charged, @schema@.rk_debt_charge(cost, spec[2 * i - 1] - useds[i], spec[2 * i - 1]));
+        END LOOP;
+    END IF;
     IF charged <> 0 THEN
         -- A clock that stepped back must not break the order: the entry then counts a little longer.
         IF now_us > newest OR total <= live_before THEN
@@ -272,7 +281,10 @@ BEGIN
         new_state := st;
     END IF;
     FOR i IN 1..cnt LOOP
-        remaining[i] := greatest(0, spec[2 * i - 1] - (useds[i] + charged));  -- a lowered limit: 0
+        remaining[i] := spec[2 * i - 1] - (useds[i] + charged);  -- below 0: a lowered limit, or a debt
+        IF remaining[i] < 0 AND NOT force THEN
+            remaining[i] := 0;
+        END IF;
         resets[i] := CASE WHEN useds[i] + charged > 0 THEN newest + spec[2 * i] - now_us ELSE 0 END;
     END LOOP;
     reply := ARRAY[CASE WHEN denied < 0 THEN 1 ELSE 0 END, denied, retry, 0]::bigint[] || remaining || resets;

@@ -25,9 +25,6 @@
 -- call (the commonest) takes the fewest statements: each PL/pgSQL expression is prepared
 -- again in every transaction, so their number is most of the function's cost.
 
--- an earlier version's helper, now inlined (a PL/pgSQL call of its own per limit)
-DROP FUNCTION IF EXISTS @schema@.rk_token_level(numeric[], int, bigint, bigint, bigint);
-
 -- The level of limit i of state st at now, in the units of the spec (n, d, cap): refilled
 -- at the scale it was written at, then carried when that differs (TokenBucket._level,
 -- carry.carried: the whole tokens still consumed, rounded up, at most cap). A NULL state is full.
@@ -170,5 +167,39 @@ BEGIN
             new_state := st;
         END IF;
     END;
+END
+$$;
+
+-- A charge without a check (TokenBucket.charge_one per limit): the level may go below
+-- zero, never below -full. The reply as for an admission, without retry or delay, each
+-- remaining below 0 while in debt.
+CREATE OR REPLACE FUNCTION @schema@.rk_token_bucket_charge(
+    st numeric[], now_us bigint, spec bigint[], cost bigint, OUT new_state numeric[], OUT reply bigint[])
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
+DECLARE
+    cnt int := array_length(spec, 1) / 4;
+    n bigint;
+    d bigint;
+    cap bigint;
+    full_ bigint;
+    level numeric;
+    remaining bigint[] := '{}';
+    resets bigint[] := '{}';
+BEGIN
+    new_state := CASE WHEN cost = 0 THEN st ELSE '{}' END;
+    FOR i IN 1..cnt LOOP
+        n := spec[4 * i - 3];
+        d := spec[4 * i - 2];
+        cap := spec[4 * i - 1];
+        full_ := spec[4 * i];
+        level := @schema@.rk_token_carry(st, i, now_us, n, d, cap);
+        level := level - @schema@.rk_debt_charge(cost, @schema@.rk_fdiv(level, n), cap) * n;
+        remaining[i] := @schema@.rk_fdiv(level, n);
+        resets[i] := CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END;
+        IF cost <> 0 THEN
+            new_state := new_state || ARRAY[level, greatest(now_us::numeric, st[5 * i - 3]), n, d, cap];
+        END IF;
+    END LOOP;
+    reply := ARRAY[1, -1, 0, 0]::bigint[] || remaining || resets;
 END
 $$;
