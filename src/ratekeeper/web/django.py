@@ -37,7 +37,7 @@ path, done only when a rule needs them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +112,48 @@ class _Resolved:
         return {} if match is None else {k: str(v) for k, v in match.kwargs.items()}
 
 
+_UNPREFIXED = frozenset({"content-type", "content-length"})
+
+
+class _Headers(Mapping[str, str]):
+    """``request.headers`` with lower-case names, as the core reads them, looked up in
+    ``request.META`` one at a time: a request's rules read a header or two, and Django
+    builds ``request.headers`` from every entry of ``META``. A name that cannot be looked
+    up directly (``content-type`` and ``content-length``, which are also unprefixed in
+    ``META``; one with ``_`` or beyond ASCII) and a walk over every name read
+    ``request.headers`` itself."""
+
+    __slots__ = ("_all", "_request")
+
+    def __init__(self, request: HttpRequest) -> None:
+        self._request = request
+        self._all: dict[str, str] | None = None
+
+    def _every(self) -> dict[str, str]:
+        if self._all is None:
+            self._all = {k.lower(): v for k, v in self._request.headers.items()}
+        return self._all
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if self._all is not None or name in _UNPREFIXED or "_" in name or not name.isascii():
+            return self._every().get(name, default)
+        if name != name.lower():
+            return default  # every name of the mapping is lower-case
+        return self._request.META.get("HTTP_" + name.upper().replace("-", "_"), default)
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._every())
+
+    def __len__(self) -> int:
+        return len(self._every())
+
+
 def request_view(request: HttpRequest, user: str | Callable[[], str | None] | None = None) -> RequestView:
     """What the core sees of ``request``; ``user`` (a value or a callable) defaults to
     ``request.user``'s primary key, read only when a rule needs ``{user}``."""
@@ -121,7 +163,7 @@ def request_view(request: HttpRequest, user: str | Callable[[], str | None] | No
         method=request.method or "GET",
         path=request.path,
         host=meta.get("HTTP_HOST") or meta.get("SERVER_NAME"),
-        headers={k.lower(): v for k, v in request.headers.items()},
+        headers=_Headers(request),
         query_string=meta.get("QUERY_STRING", ""),
         peer=meta.get("REMOTE_ADDR") or None,
         user=user if user is not None else (lambda: _user_id(getattr(request, "user", None))),
