@@ -148,3 +148,33 @@ def test_algorithm_function_decides_as_the_reference(conn: tuple[psycopg.Connect
             *decision.reset_us,
         ]
         assert (to_sql(plan, new), expected_reply) == ((got_state, got_leases), reply), what
+
+
+@pytest.mark.parametrize("name", [name for name in NAMES if name != "concurrency"])
+def test_charge_function_charges_as_the_reference(conn: tuple[psycopg.Connection[Any], str], name: str) -> None:
+    """``rk_<algorithm>_charge`` (the leaky bucket's is GCRA's) charges without a check as
+    ``Algorithm.charge`` does, on the same random states: into debt, down to the deepest
+    debt and no further, from states already past it."""
+    c, schema = conn
+    rng = random.Random(f"charge-functions-{name}")
+    algorithm = ALGORITHMS[name]
+    function = "rk_gcra_charge" if name == "leaky_bucket" else f"rk_{name}_charge"
+    sql = (
+        f"SELECT (r).new_state, (r).reply FROM {schema}.{function}("
+        "%s::numeric[], %s::bigint, %s::bigint[], %s::bigint) r"
+    )
+    for case in range(CASES):
+        plan = random_plan(rng, name)
+        now = rng.choice((0, 1, rng.randint(0, 10**7), EPOCH_US + rng.randint(0, 10**12), rng.randint(2**52, 2**53)))
+        state = random_state(rng, plan, now)
+        capacity = max(spec[2] if name in BUCKETS else spec[0] for spec in plan.specs)
+        cost = rng.choice((0, 1, 1, rng.randint(0, 3 * capacity + 1), capacity, 2 * capacity + 1, MAX_COST))
+        st, _ = to_sql(plan, state)
+        spec = [x for limit_spec in plan.specs for x in limit_spec]
+        row = c.execute(sql, (st, now, spec, cost)).fetchone()
+        assert row is not None
+        got_state, reply = row
+        new, decision = algorithm.charge(plan, state, now, cost)
+        expected_reply = [1, -1, 0, 0, *decision.remaining_each, *decision.reset_us]
+        what = f"case {case}: {plan!r} state={state} now={now} cost={cost}"
+        assert (to_sql(plan, new)[0], expected_reply) == (got_state, reply), what

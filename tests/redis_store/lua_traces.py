@@ -2,7 +2,8 @@
 
 The conformance suite (tests/conformance) runs every store through hypothesis traces;
 these seeded traces are each Lua file's own quick check, at epoch µs near 2^53 and across
-a clock that steps back, through refunds, peeks and reservations.
+a clock that steps back, through refunds, peeks, reservations and charges without a check
+(into debt, and past the deepest debt).
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def assert_traces_match(
             if rng.random() < 0.15:
                 store.refund(Op.refund(plan, key, cost), now)
                 states[key] = refund_as_stores(plan, states.get(key), now, cost)
+                continue
+            if rng.random() < 0.15:
+                cost = rng.choice((cost, rng.randint(0, 40)))
+                states[key], expected = plan.algorithm.charge(plan, states.get(key), now, cost)
+                assert store.decide(Op.charge(plan, key, cost), now) == expected, (trial, now, key, cost, "charge")
                 continue
             max_wait = rng.choice(list(max_waits))
             commit = rng.random() > 0.2

@@ -54,6 +54,37 @@ def test_long_logs_expire_a_few_entries_at_a_time_like_the_reference(store: Redi
     assert longest >= 100  # the logs were long, as the test says
 
 
+@pytest.mark.parametrize("limits", [["20/s"], ["5/100ms", "12/s", "40/5s"]])
+def test_charges_without_a_check_append_into_debt_like_the_reference(store: RedisStore, limits: list[str]) -> None:
+    """Charges past the counts (and past the deepest debt) among decisions, peeks and
+    refunds: every decision equals the reference's, remaining below 0 while in debt."""
+    plan = Rule("swl-debt", limits, algorithm="sliding_window_log").plan
+    rng = random.Random(f"debt-{len(limits)}")
+    now = NEAR_2_53 - 10**10
+    state: Any = None
+    deepest = 0
+    for _ in range(300):
+        now += rng.choice([0, 1, 1000, 25_000, 100_000, -3000, 400_000])
+        cost = rng.choice([1, 1, 2, 0])
+        roll = rng.random()
+        if roll < 0.05:
+            store.refund(Op.refund(plan, "k", cost), now)
+            state = plan.algorithm.refund(plan, state, now, cost)
+            continue
+        if roll < 0.3:
+            cost = rng.choice([1, 5, 30, 100])
+            state, expected = plan.algorithm.charge(plan, state, now, cost)
+            assert store.decide(Op.charge(plan, "k", cost), now) == expected
+            deepest = min(deepest, *expected.remaining_each)
+            continue
+        commit = rng.random() > 0.1
+        new, expected = plan.decide(state, now, cost, None, None)
+        if commit:
+            state = new
+        assert store.decide(Op((DECIDE if commit else PEEK, plan, "k", cost, None, None)), now) == expected
+    assert deepest < 0  # the key went into debt, as the test says
+
+
 def read_log(value: bytes) -> dict[str, Any]:
     """The stored log, decoded as sliding_window_log.lua documents its layout."""
     tw, cw = value[-2], value[-1]
