@@ -1,9 +1,9 @@
 """The ``Store`` role: what the limiters ask of a store.
 
-Every request is an ``Op`` (``ratekeeper.op``): ``decide`` takes a DECIDE or PEEK op,
-``refund`` a REFUND op (False for the release of a lease that rule and key did not hold:
-expired, released, another key's; True otherwise),
-``decide_many`` a list of DECIDE ops charged all or nothing.
+Every request is an ``Op`` (``ratekeeper.op``): ``decide`` takes a DECIDE, PEEK or CHARGE
+op (a charge without a check: ``Algorithm.charge``), ``refund`` a REFUND op (False for
+the release of a lease that rule and key did not hold: expired, released, another key's;
+True otherwise), ``decide_many`` a list of DECIDE ops charged all or nothing.
 ``now`` (µs on the store's clock) is for tests and the conformance suite; None means the
 store's own clock.
 """

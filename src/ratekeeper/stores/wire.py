@@ -12,7 +12,8 @@ Request (every field a string; Redis ``ARGV``, PostgreSQL ``args text[]``)::
     n_ops
     then, per op:
       mode       "d" decide and charge when admitted; "p" peek (decide, write nothing);
-                 "r" refund / release
+                 "r" refund / release; "c" charge without a check (the key may go into
+                 debt: ``Algorithm.charge``)
       key        1-based index into the call's keys (Redis KEYS, PostgreSQL keys text[])
       algorithm  the algorithm's name ("gcra", "fixed_window", ...)
       n_limits
@@ -22,7 +23,7 @@ Request (every field a string; Redis ``ARGV``, PostgreSQL ``args text[]``)::
       lease      "" = None, else the lease id (concurrency)
 
 Reply: a flat list of integers (Python ints: both clients hand them over as such). Per
-"d" / "p" op, in order::
+"d" / "p" / "c" op, in order::
 
     allowed (1 / 0), denied_index (-1 when allowed), retry_us (-1 = never), delay_us,
     remaining_1 .. remaining_n, reset_1 .. reset_n
@@ -39,7 +40,7 @@ each rule once, and ops that name it by number::
     now, atomic, n_ops, n_rules
     then, per rule: algorithm, n_limits, spec (n_limits x the algorithm's spec fields)
     then, per op up to the end: mode, key, rule (1-based index into the rules), and, for
-      modes "d", "p" and "r", cost, max_wait, lease as above; mode "D" is "d" with cost 1,
+      modes "d", "p", "r" and "c", cost, max_wait, lease as above; mode "D" is "d" with cost 1,
       no max_wait and no lease (the commonest op: three arguments)
 
 The reply is the same.
