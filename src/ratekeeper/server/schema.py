@@ -558,18 +558,13 @@ def _compile_array(schema: Mapping[str, Any], components: Mapping[str, Any]) -> 
     def array(value: Any) -> Any:
         if type(value) is not list or not low <= len(value) <= high:
             return _SLOW
-        out = value  # copied only when an item is converted
+        out = []
         for i, item in enumerate(value):
             fast = prefix[i] if i < n else rest
-            if fast is None:
-                continue
-            passed = fast(item)
-            if passed is not item:
-                if passed is _SLOW:
-                    return _SLOW
-                if out is value:
-                    out = list(value)
-                out[i] = passed
+            passed = item if fast is None else fast(item)
+            if passed is _SLOW:
+                return _SLOW
+            out.append(passed)
         return out
 
     return array
@@ -583,12 +578,12 @@ def _compile_object(schema: Mapping[str, Any], components: Mapping[str, Any]) ->
     def obj(value: Any) -> Any:
         if type(value) is not dict or not required <= value.keys():
             return _SLOW
+        if closed and not value.keys() <= props.keys():
+            return _SLOW
         out = value  # copied only when a field is converted
         for name, item in value.items():
             fast = props.get(name)
             if fast is None:
-                if closed:
-                    return _SLOW
                 continue
             passed = fast(item)
             if passed is not item:
