@@ -1,4 +1,4 @@
-"""What a ``Limit`` accepts (issue 9, items 4 and 5): only counts every store decides
+"""What a ``Limit`` accepts: only counts every store decides
 exactly, for every algorithm, and only ASCII digits."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_ascii_limits_and_the_micro_sign_still_parse() -> None:
     assert Limit(600, 600) == Limit.parse("600 PER 10 Minutes")
 
 
-# The units, the decimal amounts and the README that states them (issue 17, section 5).
+# The units, the decimal amounts and the README that states them.
 
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text()
 

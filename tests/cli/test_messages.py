@@ -1,4 +1,4 @@
-"""What errors, reprs and the command line say (issue 9, item 9): a cost no limit can admit
+"""What errors, reprs and the command line say: a cost no limit can admit
 explains itself, CLI errors come before any table and exit non-zero, an unreachable store
 reads as English, the demo's quota warning goes through the ``ratekeeper`` logger with its
 exception's type, ``bench <store> --help`` shows usage, an exempt key's decision shows

@@ -1,5 +1,5 @@
-"""What the docs promise about installing the service is what the package does (issue 17,
-section 5): the ``server`` extra installs every package the service imports, and no doc
+"""What the docs promise about installing the service is what the package does: the
+``server`` extra installs every package the service imports, and no doc
 tells the reader to add one of them by hand."""
 
 from __future__ import annotations

@@ -483,7 +483,7 @@ def test_an_async_postgres_store_used_on_a_second_event_loop_says_so(place: str)
     asyncio.run(main())
 
 
-# -- 2. an op the client cannot encode fails its own caller alone (issue 9, item 2) ------------
+# -- 2. an op the client cannot encode fails its own caller alone ------------------------------
 #
 # The limiters refuse such a key at the call (tests/conformance/test_keys.py); these ops go to
 # the store directly, past the limiter, to prove the coalescer's own guarantee.

@@ -1,4 +1,4 @@
-"""Inputs that used to break or bypass the middleware, through real servers: Flask, a
+"""Inputs meant to break or bypass the middleware, through real servers: Flask, a
 bare WSGI app and Django under gunicorn, Django under uvicorn (``hostile_server``, with
 ``checks.HOSTILE``), and rules files that fail to load at start."""
 
