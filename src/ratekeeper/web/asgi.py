@@ -22,14 +22,14 @@ every request instead.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Unpack
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import LEDGER, CoreOptions, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.request import RequestView, Verdict
+from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
 
@@ -185,7 +185,7 @@ def request_view(scope: Scope) -> RequestView:
     )
 
 
-class AsgiHeaders(Mapping[str, str]):
+class AsgiHeaders(LazyHeaders):
     """An ASGI scope's headers as the core reads them (lower-case names, repeated fields
     joined with ``", "``), decoded only when asked: a request's rules read a header or
     two, and decoding every header cost more than deciding."""
@@ -207,7 +207,7 @@ class AsgiHeaders(Mapping[str, str]):
                 found = value if found is None else f"{found}, {value}"
         return default if found is None else found
 
-    def _decoded(self) -> dict[str, str]:
+    def every(self) -> dict[str, str]:
         if self._all is None:
             headers: dict[str, str] = {}
             for raw_name, raw_value in self.raw:
@@ -216,18 +216,6 @@ class AsgiHeaders(Mapping[str, str]):
                 headers[name] = f"{headers[name]}, {value}" if name in headers else value
             self._all = headers
         return self._all
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return value  # type: ignore[no-any-return]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
 
 
 def scope_user(scope: Scope) -> str | None:

@@ -37,7 +37,7 @@ path, done only when a rule needs them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,7 @@ from ratekeeper.errors import ConfigurationError, RateKeeperError
 from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.request import RequestView, Verdict
+from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
@@ -115,7 +115,7 @@ class _Resolved:
 _UNPREFIXED = frozenset({"content-type", "content-length"})
 
 
-class _Headers(Mapping[str, str]):
+class _Headers(LazyHeaders):
     """``request.headers`` with lower-case names, as the core reads them, looked up in
     ``request.META`` one at a time: a request's rules read a header or two, and Django
     builds ``request.headers`` from every entry of ``META``. A name that cannot be looked
@@ -129,29 +129,17 @@ class _Headers(Mapping[str, str]):
         self._request = request
         self._all: dict[str, str] | None = None
 
-    def _every(self) -> dict[str, str]:
+    def every(self) -> dict[str, str]:
         if self._all is None:
             self._all = {k.lower(): v for k, v in self._request.headers.items()}
         return self._all
 
     def get(self, name: str, default: Any = None) -> Any:
         if self._all is not None or name in _UNPREFIXED or "_" in name or not name.isascii():
-            return self._every().get(name, default)
+            return self.every().get(name, default)
         if name != name.lower():
             return default  # every name of the mapping is lower-case
         return self._request.META.get("HTTP_" + name.upper().replace("-", "_"), default)
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return value  # type: ignore[no-any-return]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._every())
-
-    def __len__(self) -> int:
-        return len(self._every())
 
 
 def request_view(request: HttpRequest, user: str | Callable[[], str | None] | None = None) -> RequestView:

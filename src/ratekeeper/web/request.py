@@ -3,7 +3,7 @@ core answers (``Verdict``, with the ``Charge``s to give back after the response)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -11,7 +11,33 @@ from urllib.parse import parse_qsl
 from ratekeeper.decision import Decision
 from ratekeeper.rule import Rule
 
-__all__ = ["EXEMPT", "PASS", "Charge", "RequestView", "Verdict"]
+__all__ = ["EXEMPT", "PASS", "Charge", "LazyHeaders", "RequestView", "Verdict"]
+
+
+class LazyHeaders(Mapping[str, str]):
+    """A request's headers by lower-case name, as an integration hands them to the core:
+    ``get`` looks one name up in the framework's own form (a request's rules read a header
+    or two), ``every`` builds the whole mapping, only when it is walked."""
+
+    __slots__ = ()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        raise NotImplementedError
+
+    def every(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise KeyError(name)
+        return value  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.every())
+
+    def __len__(self) -> int:
+        return len(self.every())
 
 
 @dataclass(slots=True)
