@@ -242,7 +242,7 @@ class _Supervisor:
                     worker.ready_pipe = None
                 if self.stopping is not None:
                     log("worker", index=worker.index, pid=pid, state="stopped", exitcode=code)
-                    # SIGTERM before its own handler was in place ends a starting worker: no failure
+                    # SIGTERM ends a starting worker whose own handler is not in place yet: no failure
                     failed = failed or code not in (0, -signal.SIGTERM)
                 elif not served and code is not None and code > 0:
                     # It never served and said why (a busy port, a bad file): the next
