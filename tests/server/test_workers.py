@@ -203,3 +203,24 @@ def test_a_busy_port_is_one_error_before_any_worker_starts(tmp_path: Path) -> No
     assert 2 == done.returncode
     assert f"cannot bind the decision HTTP port 127.0.0.1:{port}" in done.stderr
     assert '"state":"starting"' not in done.stderr
+
+
+def test_a_fleet_of_two_serve_processes_on_one_redis_admits_exactly_one(serve: Callable[..., Served], uid: str) -> None:
+    rules = f'rules:\n  - name: {uid}.partner\n    limits: ["1/3s"]\n'
+    fleet = [serve(rules=[rules], store=REDIS_URL) for _ in range(2)]
+    together = threading.Barrier(10)
+    codes: list[int] = []
+
+    def one(served: Served) -> None:
+        with httpx.Client(timeout=10) as client:
+            client.get(f"{served.url}/healthz")
+            together.wait()
+            codes.append(client.post(f"{served.url}/v1/check", json={"rule": f"{uid}.partner", "key": "p"}).status_code)
+
+    threads = [threading.Thread(target=one, args=(fleet[i % 2],)) for i in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [200] + [429] * 9 == sorted(codes)
+    assert [0, 0] == [served.stop() for served in fleet]

@@ -15,9 +15,9 @@ port stays reserved while its worker restarts.
 
 The supervisor does no request work:
 
-- a worker that dies after it served is started again on the same ports; one that fails
-  before it serves (a busy port, a bad rules file) stops every worker, and ``serve`` ends
-  with 2;
+- a worker that dies after it served is started again on the same ports (after
+  ``RESTART_DELAY`` when it lived less than ``SHORT_LIFE``); one that fails before it
+  serves (a busy port, a bad rules file) stops every worker, and ``serve`` ends with 2;
 - SIGHUP is passed to every serving worker: each reads the rules, TLS and token files
   again;
 - SIGTERM and SIGINT are passed to every worker: each stops accepting and answers the
@@ -49,6 +49,12 @@ __all__ = ["STOP_MARGIN", "memory_refused", "reserve", "supervise"]
 
 STOP_MARGIN = 5.0
 """Seconds past the workers' grace the supervisor waits before it kills a worker."""
+
+SHORT_LIFE = 2.0
+"""A worker that dies within these seconds of its start is started again only after
+``RESTART_DELAY``: a worker that cannot live does not take a core restarting."""
+
+RESTART_DELAY = 1.0
 
 
 def memory_refused(store: str, workers: int) -> str | None:
@@ -87,6 +93,7 @@ class _Worker:
     ready_pipe: Connection | None = None
     serving: bool = False
     started_at: float = 0.0
+    restart_at: float | None = None
 
 
 def _worker_settings(settings: Any, http_port: int | None, grpc_port: int | None, admin_port: int | None) -> Any:
@@ -205,13 +212,14 @@ class _Supervisor:
         deadline: float | None = None
         while True:
             alive = [w for w in self.workers if w.process is not None]
-            if not alive:
+            due = [w.restart_at for w in self.workers if w.restart_at is not None and self.stopping is None]
+            if not alive and not due:
                 return 2 if failed else 0
             waits: list[Any] = [wake_read]
             waits += [w.process.sentinel for w in alive]
             waits += [w.ready_pipe for w in alive if w.ready_pipe is not None]
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            wait(waits, timeout)
+            wakes = due + ([deadline] if deadline is not None else [])
+            wait(waits, max(0.0, min(wakes) - time.monotonic()) if wakes else None)
             with contextlib.suppress(BlockingIOError):
                 os.read(wake_read, 512)
             pending, self.signals = self.signals, []  # a handler may append meanwhile
@@ -236,7 +244,7 @@ class _Supervisor:
                     continue
                 worker.process.join()
                 code, pid, served = worker.process.exitcode, worker.process.pid, worker.serving
-                worker.process = None
+                worker.process, worker.serving = None, False
                 if worker.ready_pipe is not None:
                     worker.ready_pipe.close()
                     worker.ready_pipe = None
@@ -253,7 +261,15 @@ class _Supervisor:
                     deadline = time.monotonic() + GRACE + STOP_MARGIN
                     self._pass(signal.SIGTERM, serving_only=False)
                 else:
-                    log("worker", level="error", index=worker.index, pid=pid, state="died", exitcode=code, restart=True)
+                    short = time.monotonic() - worker.started_at < SHORT_LIFE
+                    delay = RESTART_DELAY if short else 0.0
+                    log(
+                        "worker", level="error", index=worker.index, pid=pid, state="died", exitcode=code, restart=delay
+                    )
+                    worker.restart_at = time.monotonic() + delay
+            for worker in self.workers:
+                if worker.restart_at is not None and self.stopping is None and worker.restart_at <= time.monotonic():
+                    worker.restart_at = None
                     self.start(worker)
             if not all_serving and all(w.serving for w in self.workers):
                 all_serving = True
