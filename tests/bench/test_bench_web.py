@@ -95,14 +95,15 @@ def test_markdown_has_a_table_per_stack_with_numbers_and_the_targets(
     number = rf"{ratios} \| \d+\.\d\d \| \d+\.\d\d \| {share} \| \d+% \| \d+% \| (\d+%|n/a) \| [\d,]+ \|"
     for label in ("bare", "ratekeeper memory", "ratekeeper redis", "slowapi", "django-ratelimit, denied"):
         assert re.search(rf"^\| {re.escape(label)} \| {number}$", text, re.MULTILINE), (label, text)
-    target = r"^\| starlette: ratekeeper memory / bare \| ≥ 0\.90 \| \d+\.\d\d \| (yes|\*\*no\*\*) \| \d+\.\d\d \| "
+    met = r"(met|\*\*not met\*\*)"
+    target = rf"^\| starlette: ratekeeper memory / bare \| ≥ 0\.65 \| \d+\.\d\d \| {met} \| \d+\.\d\d \| "
     assert re.search(target, text, re.MULTILINE)
     bare = result.result(web.Case("starlette", "bare"))
     assert bare is not None
     assert result.ratio_to_bare(bare) == 1.0
     assert result.cpu_ratio_to_bare(bare) == 1.0
     assert {t.what for t in result.targets()} >= {
-        "django: ratekeeper redis / bare",
+        "django: ratekeeper memory / django-ratelimit",
         "starlette: ratekeeper memory / slowapi",
     }
 
