@@ -16,7 +16,7 @@ over text, so strings and comments are never rewritten by accident:
 The result goes through ruff (the version pinned by the ``test`` extra): its import
 sorting, since a rename can unsort an import line, and ``ruff format`` to lay out the
 lines the removals shortened. ``--check`` exits 1 when a target is not what
-this script would write; ``tests/test_unasync.py`` runs it.
+this script would write; ``tests/project/test_unasync.py`` runs it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The reference functions, driven at explicit times: a rule whose limits change (a reload,
 a quota's answer, the quota fetched after the failsafe) keeps each key's consumption
 (docs/choices.md, "When a limit changes"). The stores must equal these decisions:
-tests/test_limit_changes_stores.py and the conformance traces (rules sharing a name).
+tests/stores/test_limit_changes_stores.py and the conformance traces (rules sharing a name).
 """
 
 from __future__ import annotations
