@@ -47,3 +47,9 @@ def test_a_charge_is_checked_as_try_acquire_checks_its_cost() -> None:
 def test_the_deepest_debt_is_one_limit_deep() -> None:
     with Limiter("memory://") as limiter:
         assert limiter.charge(TOKENS, "key", 10**9).remaining == -100
+
+
+def test_a_store_that_fails_under_allow_answers_a_charge_as_charged_to_a_whole_key() -> None:
+    with Limiter("redis://127.0.0.1:1/0", on_error="allow", timeout=0.5) as limiter:
+        after = limiter.charge(TOKENS, "key", 130)
+    assert after.allowed and after.remaining == -30 and after.fallback == "allow"

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ratekeeper.decision import Decision
 from ratekeeper.errors import CircuitOpen, StoreError, StoreTimeout
 from ratekeeper.limiter.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
-from ratekeeper.op import DECIDE, Op
+from ratekeeper.op import CHARGE, DECIDE, Op
 from ratekeeper.rule import POLICIES, check_policy
 
 if TYPE_CHECKING:
@@ -232,8 +232,12 @@ class FailurePolicy:
         return tuple(answers)
 
     def _allowed(self, op: Op, now: int | None) -> Decision:
-        """What a whole key answers: admitted unless the cost exceeds a capacity."""
-        _, decision = op.plan.decide(None, self.clock.now_us() if now is None else now, op.cost, None, op.lease_id)
+        """What a whole key answers: admitted unless the cost exceeds a capacity (a charge
+        without a check: admitted, as charged to a whole key)."""
+        at = self.clock.now_us() if now is None else now
+        if op.mode == CHARGE:
+            return op.plan.algorithm.charge(op.plan, None, at, op.cost)[1]
+        _, decision = op.plan.decide(None, at, op.cost, None, op.lease_id)
         return decision
 
     def _denied(self, plan: Plan) -> Decision:
