@@ -135,10 +135,11 @@ class Algorithm(ABC):
         refused until time pays the debt back. The decision is admitted (the charge is
         made), with no retry and no delay, and each limit's ``remaining`` and ``reset_us``
         as they are after it. A debt is at most one limit deep: ``remaining`` never goes
-        below minus the limit's count (its burst for the buckets); what a charge would
-        take beyond that is not recorded. So a key is refused for at most about two periods
-        after any charge, and every store's arithmetic stays exact (no value grows beyond
-        twice what an admission can write). An algorithm where a charge means nothing
+        below minus the limit's count (its burst for the buckets, less for a bucket of
+        nearly 2**53 units: ``bucket.deepest_debt``); what a charge would take beyond that
+        is not recorded. So a key is refused for at most about two periods after any
+        charge, and every store's arithmetic stays exact (no value grows beyond twice what
+        an admission can write, nor past 2**53). An algorithm where a charge means nothing
         refuses it (``InvalidRequest``).
         """
         raise InvalidRequest(f"rule {plan.name!r}: {self.name} cannot charge without a check")

@@ -18,7 +18,7 @@ from ratekeeper.errors import InvalidLimit
 if TYPE_CHECKING:
     from ratekeeper.limit import Limit
 
-__all__ = ["Bucket", "rational_spec"]
+__all__ = ["Bucket", "deepest_debt", "rational_spec"]
 
 
 def rational_spec(name: str, limit: Limit) -> tuple[int, int, int]:
@@ -37,6 +37,15 @@ def rational_spec(name: str, limit: Limit) -> tuple[int, int, int]:
             f"use a rounder count, a shorter period or a smaller burst"
         )
     return n, d, cap
+
+
+def deepest_debt(n: int, cap: int, full: int) -> int:
+    """The deepest debt, in units of cost, that a charge without a check may leave in a
+    bucket of spec ``(n, _, cap, full)``: one capacity, but never so deep that the time
+    until the bucket is whole (``full + debt * n`` units) reaches 2**53, which Lua's doubles
+    would no longer hold exactly (only buckets of nearly 2**53 units are cut short)."""
+    room = (MAX_EXACT - 1 - full) // n
+    return cap if cap <= room else room
 
 
 class Bucket(PerLimit):

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ratekeeper.algorithms.base import Decider, State, debt_charge
-from ratekeeper.algorithms.bucket import Bucket
+from ratekeeper.algorithms.bucket import Bucket, deepest_debt
 from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -78,11 +78,12 @@ class Gcra(Bucket):
         return decide_one
 
     def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
-        """Move ``tat`` by ``cost`` whatever it is: it may pass ``tau``, up to ``2 * tau``."""
+        """Move ``tat`` by ``cost`` whatever it is: it may pass ``tau``, up to ``2 * tau``
+        (``deepest_debt``)."""
         n, d, cap, tau = spec
         nd = now * d
         tat = gcra_tat(part, now, n, d, cap)
-        taken = debt_charge(cost, (tau - tat + nd) // n, cap)
+        taken = debt_charge(cost, (tau - tat + nd) // n, deepest_debt(n, cap, tau))
         if cost:  # a part written at the plan's scale, as an admission writes it
             tat += taken * n
             part = tat, spec

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from ratekeeper.algorithms.base import Decider, State, ceil_div, debt_charge
-from ratekeeper.algorithms.bucket import Bucket
+from ratekeeper.algorithms.bucket import Bucket, deepest_debt
 from ratekeeper.algorithms.carry import carried
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.limit import Limit
@@ -108,10 +108,11 @@ class TokenBucket(Bucket):
         return decide_one
 
     def charge_one(self, spec: Any, part: State, now: int, cost: int) -> tuple[State, int, int]:
-        """Take ``cost`` tokens whatever the level: it may go below zero, down to ``-full``."""
+        """Take ``cost`` tokens whatever the level: it may go below zero, down to ``-full``
+        (``deepest_debt``)."""
         n, d, cap, full = spec
         level = self._level(part, now, spec)
-        taken = debt_charge(cost, level // n, cap)
+        taken = debt_charge(cost, level // n, deepest_debt(n, cap, full))
         if cost:  # a part written at the plan's scale, as an admission writes it
             level -= taken * n
             part = level, now if part is None or now > part[1] else part[1], spec

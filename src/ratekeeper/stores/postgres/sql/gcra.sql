@@ -274,7 +274,8 @@ BEGIN
         tau := spec[4 * i];
         nd := now_us::numeric * d;
         tat := @schema@.rk_gcra_tat(st, i, now_us, n, d, cap);
-        tat := tat + @schema@.rk_debt_charge(cost, @schema@.rk_fdiv(tau - tat + nd, n), cap) * n;
+        tat := tat + @schema@.rk_debt_charge(
+            cost, @schema@.rk_fdiv(tau - tat + nd, n), @schema@.rk_deepest_debt(n, cap, tau)) * n;
         remaining[i] := @schema@.rk_fdiv(tau - tat + nd, n);
         resets[i] := @schema@.rk_cdiv(tat - nd, d);
         IF cost <> 0 THEN

@@ -84,6 +84,12 @@ CREATE OR REPLACE FUNCTION @schema@.rk_debt_charge(cost numeric, left_ numeric, 
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
 $$ SELECT CASE WHEN cost <= deepest + left_ THEN cost WHEN deepest + left_ > 0 THEN deepest + left_ ELSE 0 END $$;
 
+-- bucket.deepest_debt: the deepest debt of a bucket (n, cap, full): one capacity, never so
+-- deep that full + debt * n reaches 2^53.
+CREATE OR REPLACE FUNCTION @schema@.rk_deepest_debt(n numeric, cap numeric, full_ numeric) RETURNS numeric
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS
+$$ SELECT least(cap, div(9007199254740991 - full_, n)) $$;
+
 -- base.later: whether retry time a is later than b (-1 = never, the latest).
 CREATE OR REPLACE FUNCTION @schema@.rk_later(a numeric, b numeric) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS

@@ -193,7 +193,8 @@ BEGIN
         cap := spec[4 * i - 1];
         full_ := spec[4 * i];
         level := @schema@.rk_token_carry(st, i, now_us, n, d, cap);
-        level := level - @schema@.rk_debt_charge(cost, @schema@.rk_fdiv(level, n), cap) * n;
+        level := level - @schema@.rk_debt_charge(
+            cost, @schema@.rk_fdiv(level, n), @schema@.rk_deepest_debt(n, cap, full_)) * n;
         remaining[i] := @schema@.rk_fdiv(level, n);
         resets[i] := CASE WHEN level < full_ THEN div(full_ - level + d - 1, d) ELSE 0 END;
         IF cost <> 0 THEN

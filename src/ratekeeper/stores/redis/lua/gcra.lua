@@ -113,7 +113,7 @@ local function gcra_finish(specs, n, state, now, cost, aheads, out, at, admitted
 end
 
 -- A charge without a check, shared by GCRA and the leaky bucket: each limit's ahead moved
--- by cost whatever it is, beyond tau but never beyond 2 * tau (one burst of debt).
+-- by cost whatever it is, beyond tau but never beyond 2 * tau (one burst of debt, deepest_debt).
 local function gcra_charge(specs, n, state, now, cost, out, at)
   local aheads = gcra_aheads(specs, n, state, now)
   local whole = 0
@@ -121,7 +121,7 @@ local function gcra_charge(specs, n, state, now, cost, out, at)
     local o = 4 * i - 4
     local nn, tau = specs[o + 1], specs[o + 4]
     local a = aheads[i]
-    a = a + debt_charge(cost, idiv(tau - a, nn), specs[o + 3]) * nn
+    a = a + debt_charge(cost, idiv(tau - a, nn), deepest_debt(nn, specs[o + 3], tau)) * nn
     aheads[i] = a
     out[at + 4 + i] = idiv(tau - a, nn)
     local reset = ceil_div(a, specs[o + 2])

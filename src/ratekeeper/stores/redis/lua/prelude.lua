@@ -36,6 +36,13 @@ local function debt_charge(cost, left, deepest)
   return room > 0 and room or 0
 end
 
+-- The deepest debt of a bucket (n, cap, full): one capacity, never so deep that full +
+-- debt * n reaches 2^53 (algorithms/bucket.py deepest_debt()). 2^53 - 1 - full is exact.
+local function deepest_debt(n, cap, full)
+  local room = idiv(9007199254740991 - full, n)
+  return cap <= room and cap or room
+end
+
 -- Whether retry time a is later than b (INFINITE is latest), as algorithms/base.py later().
 local function later(a, b)
   if a == INFINITE then

@@ -119,7 +119,7 @@ ALGORITHMS["token_bucket"] = {
     end
     return new, true, whole
   end,
-  -- charge cost without a check: the level may go below 0, never below -full
+  -- charge cost without a check: the level may go below 0, never below -full (deepest_debt)
   charge = function(specs, n, state, now, cost, out, at)
     local new = state
     if cost > 0 then
@@ -130,7 +130,7 @@ ALGORITHMS["token_bucket"] = {
       local o = 4 * i - 4
       local nn, d, full = specs[o + 1], specs[o + 2], specs[o + 4]
       local level = tb_level(state, i, now, specs, o)
-      level = level - debt_charge(cost, idiv(level, nn), specs[o + 3]) * nn
+      level = level - debt_charge(cost, idiv(level, nn), deepest_debt(nn, specs[o + 3], full)) * nn
       out[at + 4 + i] = idiv(level, nn)
       local reset = level < full and ceil_div(full - level, d) or 0
       out[at + 4 + n + i] = reset
