@@ -1,6 +1,6 @@
 """Sphinx configuration: the pages of docs/ (Markdown, read by MyST) and the API reference
-built from the docstrings (docs/api/). Built with warnings as errors by .ci/run and
-tests/project/test_docs_build.py: ``sphinx-build -W --keep-going -b html docs <out>``."""
+built from the docstrings (docs/api/). Built with warnings as errors by the suite
+(tests/project/test_docs_build.py): ``sphinx-build -W --keep-going -b html docs <out>``."""
 
 from __future__ import annotations
 

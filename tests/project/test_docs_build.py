@@ -1,6 +1,6 @@
 """The documentation (docs/, with the API reference built from the docstrings) builds with
 no warning: a broken link, a docstring that is not valid reStructuredText or a page left
-out of the table of contents fails here, as it fails `.ci/run`."""
+out of the table of contents fails here, and so fails `.ci/run`."""
 
 from __future__ import annotations
 
