@@ -187,42 +187,31 @@ BEGIN
                 ELSE
                     RAISE EXCEPTION 'ratekeeper: % cannot charge without a check', algo;
             END CASE;
-            out := out || reply;
-            IF new_state IS DISTINCT FROM s.state THEN
-                s.state := new_state;
-                s.dirty := true;
-                life := 0;
-                FOR j IN 5 + n_limits .. 4 + 2 * n_limits LOOP
-                    life := greatest(life, reply[j]);
-                END LOOP;
-                s.life := life;
-            END IF;
-            slots[k] := s;
-            CONTINUE;
+        ELSE
+            CASE algo
+                WHEN 'gcra' THEN
+                    res := @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                WHEN 'fixed_window' THEN
+                    res := @schema@.rk_fixed_window(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                WHEN 'token_bucket' THEN
+                    res := @schema@.rk_token_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                WHEN 'leaky_bucket' THEN
+                    res := @schema@.rk_leaky_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                WHEN 'sliding_window_log' THEN
+                    res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode);
+                    logs[k] := true;
+                WHEN 'sliding_window_counter' THEN
+                    res := @schema@.rk_sliding_window_counter(
+                        s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                WHEN 'concurrency' THEN
+                    res := @schema@.rk_concurrency(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
+                ELSE
+                    RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
+            END CASE;
+            new_state := res.new_state;
+            new_leases := res.new_leases;
+            reply := res.reply;
         END IF;
-        CASE algo
-            WHEN 'gcra' THEN
-                res := @schema@.rk_gcra(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            WHEN 'fixed_window' THEN
-                res := @schema@.rk_fixed_window(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            WHEN 'token_bucket' THEN
-                res := @schema@.rk_token_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            WHEN 'leaky_bucket' THEN
-                res := @schema@.rk_leaky_bucket(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            WHEN 'sliding_window_log' THEN
-                res := @schema@.@table@_sliding_window_log(keys[k], s.state, s.leases, now_us, spec, cost, mode);
-                logs[k] := true;
-            WHEN 'sliding_window_counter' THEN
-                res := @schema@.rk_sliding_window_counter(
-                    s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            WHEN 'concurrency' THEN
-                res := @schema@.rk_concurrency(s.state, s.leases, now_us, spec, cost, mw, lease, mode = 'r');
-            ELSE
-                RAISE EXCEPTION 'ratekeeper: unknown algorithm %', algo;
-        END CASE;
-        new_state := res.new_state;
-        new_leases := res.new_leases;
-        reply := res.reply;
         IF mode = 'r' THEN
             -- the algorithm says whether a lease was held; a cost refund says 1
             out := out || coalesce(reply, ARRAY[1]::bigint[]);
@@ -247,7 +236,7 @@ BEGIN
             s.life := life;
         ELSE
             out := out || reply;
-            IF mode = 'd' THEN
+            IF mode = 'd' OR mode = 'c' THEN  -- a charge is never refused: reply[1] is 1
                 IF reply[1] = 0 THEN
                     refused := true;
                 END IF;
