@@ -21,6 +21,8 @@ from servers import RedisServer, wait_until
 from .conftest import REDIS_URL, ROOT, Served
 
 WORKERS = 2
+STORE = f"{REDIS_URL}?timeout=5"
+"""Redis with room for a loaded machine: a slow answer is not what these tests look at."""
 
 
 def events(served: Served, event: str, **fields: object) -> list[dict[str, object]]:
@@ -31,7 +33,7 @@ def all_ready(served: Served) -> bool:
     return bool(events(served, "ready", workers=WORKERS))
 
 
-def start_workers(serve: Callable[..., Served], rules: list[str], store: str = REDIS_URL) -> Served:
+def start_workers(serve: Callable[..., Served], rules: list[str], store: str = STORE) -> Served:
     # admin ports 0: the supervisor picks one free port per worker (a given port P needs P+1 free too)
     return serve(rules=rules, store=store, args=["--workers", str(WORKERS), "--admin-port", "0"], ready=all_ready)
 
@@ -207,7 +209,7 @@ def test_a_busy_port_is_one_error_before_any_worker_starts(tmp_path: Path) -> No
 
 def test_a_fleet_of_two_serve_processes_on_one_redis_admits_exactly_one(serve: Callable[..., Served], uid: str) -> None:
     rules = f'rules:\n  - name: {uid}.partner\n    limits: ["1/3s"]\n'
-    fleet = [serve(rules=[rules], store=REDIS_URL) for _ in range(2)]
+    fleet = [serve(rules=[rules], store=STORE) for _ in range(2)]
     together = threading.Barrier(10)
     codes: list[int] = []
 
