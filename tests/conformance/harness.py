@@ -163,24 +163,27 @@ def _nothing() -> None:
 def _open(base: str, fixture: Callable[[str], str]) -> tuple[str, dict[str, Any], Callable[[], None]]:
     """The URL, options and cleanup of one store kind."""
     unique = uuid.uuid4().hex[:12]
+    # The suite compares decisions, not timing: a server store gets a generous timeout, so a
+    # call queued on a loaded machine is decided (a timeout mid-trace would end the trace).
+    slow = {"timeout": 10}
     if base == "memory":
         # One stripe: which keys share a stripe (and its expiry) then never depends on the
         # per-process string hash, so a failing trace fails again when hypothesis replays it.
         return "memory://", {"stripes": 1}, _nothing
     if base == "redis":
         prefix = f"rk-conformance-{unique}:"
-        return REDIS_URL, {"prefix": prefix}, lambda: delete_redis_keys(prefix)
-    if base == "redis-cluster":
-        return fixture("redis_cluster_url"), {"prefix": f"rk-conformance-{unique}:"}, _nothing  # private servers
+        return REDIS_URL, {"prefix": prefix, **slow}, lambda: delete_redis_keys(prefix)
+    if base == "redis-cluster":  # private servers
+        return fixture("redis_cluster_url"), {"prefix": f"rk-conformance-{unique}:", **slow}, _nothing
     if base == "redis-sentinel":
-        return fixture("sentinel_url"), {"prefix": f"rk-conformance-{unique}:"}, _nothing
+        return fixture("sentinel_url"), {"prefix": f"rk-conformance-{unique}:", **slow}, _nothing
     if base == "postgres":
         schema = f"rk_conformance_{unique}"
-        return POSTGRES_URL, {"schema": schema}, lambda: drop_schema(schema)
+        return POSTGRES_URL, {"schema": schema, **slow}, lambda: drop_schema(schema)
     if base == "service":
         # A private service over Redis (server_fixtures.service_url); each harness's rules
         # and keys are its own (StoreHarness.namespace).
-        return fixture("service_url"), {"timeout": 10}, _nothing
+        return fixture("service_url"), slow, _nothing
     raise ValueError(f"unknown store {base!r}")
 
 
