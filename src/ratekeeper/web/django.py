@@ -36,23 +36,33 @@ path, done only when a rule needs them.
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 
+from ratekeeper.decision import Decision
 from ratekeeper.errors import ConfigurationError, RateKeeperError
+from ratekeeper.keys import bounded_key
+from ratekeeper.limiter.limiter import Limiter
+from ratekeeper.limiter.limiter_async import AsyncLimiter
+from ratekeeper.rule import Rule
+from ratekeeper.stores.url import open_store
 from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.headers import rate_limit_headers, retry_after_seconds
+from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
 
-__all__ = ["RateLimitMiddleware", "request_view", "settings_options"]
+__all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "RateLimitState", "ratelimit", "request_view", "settings_options"]
 
 log = logging.getLogger("ratekeeper.web")
 
@@ -254,3 +264,222 @@ def _deny(verdict: Verdict) -> HttpResponseBase:
     for name, value in verdict.headers:
         response[name] = value
     return response
+
+
+# The per-view decorator: django-ratelimit's ``@ratelimit`` over this library's limiters.
+
+ALL: tuple[str, ...] | None = None
+"""``method=ALL``: every request counts."""
+UNSAFE: tuple[str, ...] = ("DELETE", "PATCH", "POST", "PUT")
+"""``method=UNSAFE``: only requests that may change state count."""
+
+KeyFunction = Callable[[str, "HttpRequest"], "str | None"]
+
+
+class RateLimitState:
+    """What ``@ratelimit`` leaves on ``request.ratelimit``: ``limited`` (the request was
+    over the rate) and ``decision`` (the limiter's ``Decision``; None when the request
+    was not counted: its method is not limited or its key is empty)."""
+
+    __slots__ = ("decision", "limited")
+
+    def __init__(self, limited: bool, decision: Decision | None) -> None:
+        self.limited = limited
+        self.decision = decision
+
+    def __repr__(self) -> str:
+        return f"RateLimitState(limited={self.limited!r}, decision={self.decision!r})"
+
+
+class _Limiters:
+    """One store per process for every decorated view: the blocking ``Limiter`` decides for
+    sync views, the ``AsyncLimiter`` for async ones, over the same store URL; on
+    ``memory://`` both wrap one ``MemoryStore``, so the two kinds of view share one budget."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sync: Limiter | None = None
+        self._async: AsyncLimiter | None = None
+
+    def _open(self) -> None:
+        from django.conf import settings
+
+        conf = getattr(settings, "RATEKEEPER", None)
+        url = conf.get("store", "memory://") if isinstance(conf, Mapping) else "memory://"
+        on_error = conf.get("on_error", "allow") if isinstance(conf, Mapping) else "allow"
+        store: Any = open_store(url) if isinstance(url, str) and url.lower().startswith("memory:") else url
+        self._async = AsyncLimiter(store, on_error=on_error)
+        self._sync = Limiter(store, on_error=on_error)
+
+    def sync(self) -> Limiter:
+        with self._lock:
+            if self._sync is None:
+                self._open()
+            assert self._sync is not None
+            return self._sync
+
+    def asynchronous(self) -> AsyncLimiter:
+        with self._lock:
+            if self._async is None:
+                self._open()
+            assert self._async is not None
+            return self._async
+
+
+_limiters = _Limiters()
+
+
+def _peer(group: str, request: HttpRequest) -> str | None:
+    return request.META.get("REMOTE_ADDR") or None
+
+
+def _user(group: str, request: HttpRequest) -> str | None:
+    return _user_id(getattr(request, "user", None))
+
+
+def _user_or_ip(group: str, request: HttpRequest) -> str | None:
+    user = _user(group, request)
+    if user is not None:
+        return "user:" + user
+    peer = _peer(group, request)
+    return None if peer is None else "ip:" + peer
+
+
+_NAMED_KEYS: dict[str, KeyFunction] = {"ip": _peer, "user": _user, "user_or_ip": _user_or_ip}
+
+
+def _key_function(key: str | KeyFunction) -> KeyFunction:
+    """``key`` as a function of ``(group, request)``, as django-ratelimit names keys."""
+    if callable(key):
+        return key
+    if key in _NAMED_KEYS:
+        return _NAMED_KEYS[key]
+    kind, _, name = key.partition(":")
+    if name:
+        if kind == "header":
+            return lambda group, request: request.headers.get(name)
+        if kind == "post":
+            return lambda group, request: request.POST.get(name)
+        if kind == "get":
+            return lambda group, request: request.GET.get(name)
+    raise ConfigurationError(
+        f"unknown ratelimit key {key!r}; expected ip, user, user_or_ip, header:<name>, post:<field>, "
+        "get:<field> or a callable (group, request) -> str"
+    )
+
+
+def _denial(request: HttpRequest, decision: Decision, rule: Rule) -> HttpResponseBase:
+    """Our answer to a refused request: problem+json with the rate-limit headers."""
+    from django.http import HttpResponse
+
+    response = HttpResponse(problem_body([decision], retry_after_seconds([decision])), status=429)
+    response["Content-Type"] = PROBLEM_CONTENT_TYPE
+    for name, value in rate_limit_headers([(rule, decision)], allowed=False):
+        response[name] = value
+    return response
+
+
+def _denied_view() -> Callable[..., Any] | None:
+    from django.conf import settings
+    from django.utils.module_loading import import_string  # type: ignore[import-untyped]
+
+    name = getattr(settings, "RATEKEEPER_DENIED_VIEW", None)
+    if not name:
+        return None
+    view: Callable[..., Any] = import_string(name) if isinstance(name, str) else name
+    return view
+
+
+def ratelimit(
+    key: str | KeyFunction = "user_or_ip",
+    rate: str | Sequence[str] = "60/m",
+    *,
+    block: bool = True,
+    method: str | Iterable[str] | None = ALL,
+    group: str | None = None,
+    cost: int = 1,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Limit one Django view, sync or async, as django-ratelimit's decorator does::
+
+        @ratelimit(key="post:username", rate="5/m", method="POST", block=False)
+        def login(request): ...
+            if request.ratelimit.limited: ...  # e.g. ask for a captcha
+
+    ``rate`` is a limit string (``"5/m"``, ``"100/h"``, ``"5/minute"``) or a list of them;
+    ``key`` is ``"ip"`` (``REMOTE_ADDR``), ``"user"`` (the primary key of an authenticated
+    ``request.user``), ``"user_or_ip"``, ``"header:<name>"``, ``"post:<field>"``,
+    ``"get:<field>"``, or a callable ``(group, request)`` answering the key. A request
+    whose key is empty (no such header, an anonymous ``user``) or whose method is not in
+    ``method`` (a name or a list of them; ``ALL`` by default, ``UNSAFE`` for the
+    state-changing ones) is not counted. Views with one ``group`` (the view's dotted name
+    by default) and one ``rate`` share one budget per key.
+
+    Every request gets ``request.ratelimit`` (a ``RateLimitState``). Over the rate with
+    ``block=True`` the view is not called: ``settings.RATEKEEPER_DENIED_VIEW`` (a view or
+    its dotted path, called with the request) answers when set, else a 429 problem+json
+    with the rate-limit headers. With ``block=False`` the view is called and decides.
+
+    Sync views decide with a ``Limiter``, async views with an ``AsyncLimiter``, both on
+    ``settings.RATEKEEPER["store"]`` (``memory://`` when unset, one store shared by both)
+    with its ``on_error`` (``"allow"`` when unset).
+    """
+    key_of = _key_function(key)
+    methods = (
+        None if method is None else frozenset(m.upper() for m in ([method] if isinstance(method, str) else method))
+    )
+    limits = [rate] if isinstance(rate, str) else list(rate)
+
+    def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
+        rule = Rule(group or f"{view.__module__}.{view.__qualname__}", limits)
+
+        def counted(request: HttpRequest) -> bool:
+            return methods is None or (request.method or "GET").upper() in methods
+
+        def state(decision: Decision | None) -> RateLimitState:
+            return RateLimitState(decision is not None and not decision.allowed, decision)
+
+        if iscoroutinefunction(view):
+
+            @functools.wraps(view)
+            async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                decision = None
+                if counted(request):
+                    if key in ("user", "user_or_ip") and getattr(request, "auser", None) is not None:
+                        request.user = await request.auser()  # not a lazy query on the event loop
+                    value = key_of(rule.name, request)
+                    if value:
+                        decision = await _limiters.asynchronous().try_acquire(rule, bounded_key(value), cost)
+                request.ratelimit = verdict = state(decision)
+                if verdict.limited and block:
+                    assert decision is not None
+                    denied = _denied_view()
+                    if denied is None:
+                        return _denial(request, decision, rule)
+                    if iscoroutinefunction(denied):
+                        return await denied(request)
+                    return await sync_to_async(denied)(request)
+                return await view(request, *args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(view)
+        def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            decision = None
+            if counted(request):
+                value = key_of(rule.name, request)
+                if value:
+                    decision = _limiters.sync().try_acquire(rule, bounded_key(value), cost)
+            request.ratelimit = verdict = state(decision)
+            if verdict.limited and block:
+                assert decision is not None
+                denied = _denied_view()
+                if denied is None:
+                    return _denial(request, decision, rule)
+                if iscoroutinefunction(denied):
+                    return async_to_sync(denied)(request)
+                return denied(request)
+            return view(request, *args, **kwargs)
+
+        return wrapper
+
+    return decorate

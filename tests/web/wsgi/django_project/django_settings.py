@@ -22,3 +22,5 @@ _config = config.load()
 if "base_dir" in _config:  # a relative rules path is read from here
     BASE_DIR = _config["base_dir"]
 RATEKEEPER = config.middleware_kwargs(_config)
+if "denied_view" in _config:  # the @ratelimit views' denial view
+    RATEKEEPER_DENIED_VIEW = _config["denied_view"]

@@ -23,4 +23,10 @@ urlpatterns = [
     path("metrics", views.metrics),
     path("login", views.login),
     path("kw/<str:user>", views.kw),
+    path("rl/block", views.rl_block),
+    path("rl/soft", views.rl_soft),
+    path("rl/login", views.rl_login),
+    path("rl/shared-sync", views.rl_shared_sync),
+    path("rl/shared-async", views.rl_shared_async),
+    path("rl/asoft", views.rl_asoft),
 ]

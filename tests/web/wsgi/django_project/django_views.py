@@ -13,6 +13,8 @@ from typing import Any
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 
+from ratekeeper.web.django import ratelimit
+
 
 class HeaderUserMiddleware:
     """``request.user`` from the ``X-User`` header (sync or async, like Django's own)."""
@@ -127,3 +129,48 @@ def mode(request: HttpRequest) -> HttpResponse:
 
     found = [o for o in gc.get_objects() if isinstance(o, RateLimitMiddleware)]
     return JsonResponse({"limiters": sorted(type(m.core.limiter).__name__ for m in found)})
+
+
+# Views behind ``ratekeeper.web.django.ratelimit`` (tests/web/wsgi/test_django_decorator.py).
+
+
+def _state(request: HttpRequest, mode: str) -> HttpResponse:
+    state = request.ratelimit
+    remaining = None if state.decision is None else state.decision.remaining
+    return JsonResponse({"limited": state.limited, "remaining": remaining, "mode": mode})
+
+
+@ratelimit(key="ip", rate="3/m")
+def rl_block(request: HttpRequest) -> HttpResponse:
+    return _state(request, "sync")
+
+
+@ratelimit(key="user_or_ip", rate="2/m", block=False)
+def rl_soft(request: HttpRequest) -> HttpResponse:
+    return _state(request, "sync")
+
+
+@ratelimit(key="post:username", rate="2/m", method="POST", block=False)
+def rl_login(request: HttpRequest) -> HttpResponse:
+    return _state(request, "sync")
+
+
+@ratelimit(key="header:x-api-key", rate="4/m", group="shared")
+def rl_shared_sync(request: HttpRequest) -> HttpResponse:
+    return _state(request, "sync")
+
+
+@ratelimit(key="header:x-api-key", rate="4/m", group="shared")
+async def rl_shared_async(request: HttpRequest) -> HttpResponse:
+    await asyncio.sleep(0)
+    return _state(request, "async")
+
+
+@ratelimit(key="header:x-api-key", rate="1/m", block=False)
+async def rl_asoft(request: HttpRequest) -> HttpResponse:
+    return _state(request, "async")
+
+
+def rl_denied(request: HttpRequest) -> HttpResponse:
+    """The project's denial view (``RATEKEEPER_DENIED_VIEW``)."""
+    return JsonResponse({"denied": True, "limited": request.ratelimit.limited}, status=429)
