@@ -39,16 +39,22 @@ middleware it gets the middleware's, which include the dependency's rules).
 # No ``from __future__ import annotations``: FastAPI reads the dependency's annotations
 # (Request, Response) at runtime from the signature.
 
+import contextlib
 import functools
+import gc
 import inspect
 import typing
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Depends, HTTPException, Request, Response
 from starlette.responses import Response as StarletteResponse
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, RuleSet
+from ratekeeper.errors import InvalidLimit
+from ratekeeper.limit import Limit
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.web.asgi import request_view
@@ -167,39 +173,144 @@ def _register_handler(request: Request) -> None:
 
 
 def limit(rules: Any, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A decorator for one endpoint: ``@limit(rule, key=..., cost=...)`` placed below the
-    route decorator. It adds ``Depends(RateLimit(rules, **options))`` to the endpoint."""
-    dependency = RateLimit(rules, **options)
+    """A decorator for one endpoint: ``@limit("5/minute", key=lambda request: ...)``.
+
+    ``rules``: as ``RateLimit``'s, or limit strings (``"5/minute"``, ``"20/minute;5/3s"``
+    or a list of them) that make a rule named for the endpoint (``module.function``);
+    ``key`` defaults to the client address, resolved as the middleware resolves it.
+
+    Below the route decorator, it adds ``Depends(RateLimit(rules, **options))`` to the
+    endpoint. Above it, the route already holds the undecorated function, so the decorator
+    finds each route whose endpoint that function is (FastAPI's and Starlette's) and wraps
+    the route's ASGI app with the same check; a route copied later by ``include_router``
+    gets the dependency through the route's ``dependencies``.
+    """
+    limits = _limit_strings(rules)
+    shared = None if limits is not None else RateLimit(rules, **options)
 
     def decorate(endpoint: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(endpoint)
-        hints = typing.get_type_hints(endpoint, include_extras=True)
-        params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
-        extra = inspect.Parameter(
-            "_ratekeeper_verdict", inspect.Parameter.KEYWORD_ONLY, default=Depends(dependency), annotation=Any
-        )
-        last = len(params) if not params or params[-1].kind != inspect.Parameter.VAR_KEYWORD else len(params) - 1
-        params.insert(last, extra)
-        new_signature = signature.replace(
-            parameters=params, return_annotation=hints.get("return", signature.return_annotation)
-        )
-
-        if inspect.iscoroutinefunction(endpoint):
-
-            @functools.wraps(endpoint)
-            async def async_wrapper(*args: Any, _ratekeeper_verdict: Any = None, **kwargs: Any) -> Any:
-                return await endpoint(*args, **kwargs)
-
-            wrapper: Callable[..., Any] = async_wrapper
+        if shared is not None:
+            dependency = shared
         else:
-
-            @functools.wraps(endpoint)
-            def sync_wrapper(*args: Any, _ratekeeper_verdict: Any = None, **kwargs: Any) -> Any:
-                return endpoint(*args, **kwargs)
-
-            wrapper = sync_wrapper
-        wrapper.__signature__ = new_signature  # type: ignore[attr-defined]
-        wrapper.__ratekeeper__ = dependency  # type: ignore[attr-defined]
-        return wrapper
+            assert limits is not None
+            name = f"{endpoint.__module__}.{endpoint.__qualname__}".replace(".<locals>", "")
+            dependency = RateLimit(Rule(name, limits), **options)
+        routes = _routes_of(endpoint)
+        for route in routes:
+            route.app = _checked_route_app(dependency, route.app)
+            dependencies = getattr(route, "dependencies", None)
+            if isinstance(dependencies, list):
+                dependencies.append(Depends(dependency))
+        if routes:
+            endpoint.__ratekeeper__ = dependency  # type: ignore[attr-defined]
+            return endpoint
+        return _with_dependency(endpoint, dependency)
 
     return decorate
+
+
+def _limit_strings(rules: Any) -> list[str] | None:
+    """The limit strings in ``rules`` (``"5/minute"``, ``"20/minute;5/3s"``, a list of
+    them), or None when ``rules`` is something else (a rule, a rule set, a rules file)."""
+    if isinstance(rules, str):
+        items = [part.strip() for part in rules.split(";") if part.strip()]
+    elif isinstance(rules, list | tuple) and rules and all(isinstance(item, str) for item in rules):
+        items = list(rules)
+    else:
+        return None
+    try:
+        for item in items:
+            Limit.parse(item)
+    except InvalidLimit:
+        if isinstance(rules, str):
+            return None  # a rules-file path
+        raise
+    return items or None
+
+
+def _routes_of(endpoint: Callable[..., Any]) -> list[Route]:
+    """The routes already registered with ``endpoint`` (the decorator sits above the route
+    decorator). A route refers to its endpoint from its attributes, which the garbage
+    collector sees as the route itself or as the route's ``__dict__``."""
+    found: list[Route] = []
+    for referrer in gc.get_referrers(endpoint):
+        if isinstance(referrer, BaseRoute):
+            candidates: list[Any] = [referrer]
+        elif isinstance(referrer, dict) and referrer.get("endpoint") is endpoint:
+            candidates = [r for r in gc.get_referrers(referrer) if isinstance(r, BaseRoute)]
+        else:
+            continue
+        for route in candidates:
+            if isinstance(route, Route) and route.endpoint is endpoint and route not in found:
+                found.append(route)
+    return found
+
+
+def _checked_route_app(dependency: RateLimit, app: ASGIApp) -> ASGIApp:
+    """``app`` (a route's ASGI app) behind ``dependency``'s check, run as FastAPI runs the
+    dependency: the 429 on a refusal; on an admission the headers are added to the
+    response and the charge is finished with the response's status."""
+
+    async def checked(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        request = Request(scope, receive, send)
+        response = Response()
+        del response.headers["content-length"]  # as FastAPI's own sub-response: only the check's headers
+        check = typing.cast(AsyncGenerator[Verdict, None], dependency(request, response))
+        try:
+            await check.__anext__()
+        except RateLimited as exc:
+            await rate_limited_response(request, exc)(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                response.status_code = message["status"]
+                message = {**message, "headers": [*message.get("headers", []), *response.headers.raw]}
+            await send(message)
+
+        try:
+            await app(scope, receive, send_with_headers)
+        except BaseException as exc:
+            with contextlib.suppress(BaseException):
+                await check.athrow(exc)
+            raise
+        with contextlib.suppress(StopAsyncIteration):
+            await check.__anext__()
+
+    return checked
+
+
+def _with_dependency(endpoint: Callable[..., Any], dependency: RateLimit) -> Callable[..., Any]:
+    """``endpoint`` with ``Depends(dependency)`` as an extra keyword-only parameter."""
+    signature = inspect.signature(endpoint)
+    hints = typing.get_type_hints(endpoint, include_extras=True)
+    params = [p.replace(annotation=hints.get(p.name, p.annotation)) for p in signature.parameters.values()]
+    extra = inspect.Parameter(
+        "_ratekeeper_verdict", inspect.Parameter.KEYWORD_ONLY, default=Depends(dependency), annotation=Any
+    )
+    last = len(params) if not params or params[-1].kind != inspect.Parameter.VAR_KEYWORD else len(params) - 1
+    params.insert(last, extra)
+    new_signature = signature.replace(
+        parameters=params, return_annotation=hints.get("return", signature.return_annotation)
+    )
+
+    if inspect.iscoroutinefunction(endpoint):
+
+        @functools.wraps(endpoint)
+        async def async_wrapper(*args: Any, _ratekeeper_verdict: Any = None, **kwargs: Any) -> Any:
+            return await endpoint(*args, **kwargs)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(endpoint)
+        def sync_wrapper(*args: Any, _ratekeeper_verdict: Any = None, **kwargs: Any) -> Any:
+            return endpoint(*args, **kwargs)
+
+        wrapper = sync_wrapper
+    wrapper.__signature__ = new_signature  # type: ignore[attr-defined]
+    wrapper.__ratekeeper__ = dependency  # type: ignore[attr-defined]
+    return wrapper
