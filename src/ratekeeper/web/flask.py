@@ -1,0 +1,363 @@
+"""A Flask extension: limits on routes and blueprints, a 429 through Flask's error handlers.
+
+::
+
+    from ratekeeper.web.flask import RateLimiter
+
+    app = Flask(__name__)
+    app.config["RATEKEEPER_STORE"] = "redis://cache:6379/0"
+    limiter = RateLimiter(app)          # or RateLimiter() and limiter.init_app(app)
+
+    @app.get("/login")
+    @limiter.limit("5/minute")          # keyed by the client's address unless key= says otherwise
+    def login(): ...
+
+    limiter.limit("100/minute")(admin_blueprint)   # one limit shared by the blueprint's routes
+
+    @app.get("/health")
+    @limiter.exempt                     # no rule limits it, not even the app-wide ones
+    def health(): ...
+
+Configuration, from ``app.config`` (a keyword of the constructor or ``init_app`` wins):
+``RATEKEEPER_STORE`` (store URL or object, ``memory://``), ``RATEKEEPER_RULES`` (app-wide
+rules: a rules file path, a ``RuleSet`` or a list of ``HttpRule`` / ``Rule``),
+``RATEKEEPER_KEY`` (the key template of the decorators' limits, ``{client_ip}``, as
+flask-limiter's default), ``RATEKEEPER_OPTIONS`` (a mapping of the core's other options,
+``ratekeeper.web.base.CoreOptions``).
+
+One core decides each request (``ratekeeper.web.core.RateLimitCore``): a decorated route
+or blueprint becomes a rule of it, named for the endpoint or the blueprint, that matches
+the route's URL rule and methods and only requests Flask routed to that endpoint; it is
+decided with the app-wide rules in one transaction. The core is built at the first request,
+when every route is registered. A refused request raises ``RateLimitExceeded``, a
+``werkzeug.exceptions.TooManyRequests``: ``@app.errorhandler(429)`` gets it (its
+``verdict`` and ``headers`` say why); without such a handler the client gets the core's
+answer (problem+json body, ``Retry-After``, the rate-limit headers). An admitted request's
+response gets the rate-limit headers; what the core gives back after a response (refunds
+by status, concurrency leases) is given back when the response is closed.
+
+``flask ratekeeper limits`` lists the routes and the limits of each.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
+
+import click
+from flask import Blueprint, Flask, Response, current_app, g, request
+from flask.cli import AppGroup
+from werkzeug.exceptions import TooManyRequests
+
+from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
+from ratekeeper.config.sources import rules_from
+from ratekeeper.rule import DEFAULT_ALGORITHM, Rule
+from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.request import RequestView, Verdict
+from ratekeeper.web.wsgi import request_view
+
+__all__ = ["RateLimitExceeded", "RateLimiter"]
+
+T = TypeVar("T")
+
+EXTENSION = "ratekeeper"
+DEFAULT_KEY = "{client_ip}"
+_VERDICT = "_ratekeeper_verdict"
+# Werkzeug's converters as the core's path templates: int and path have their own kind,
+# every other converter matches one segment (the endpoint check makes the match exact).
+_CONVERTER = re.compile(r"<(?:([a-zA-Z_][a-zA-Z0-9_]*)(?:\([^)]*\))?:)?([a-zA-Z_][a-zA-Z0-9_]*)>")
+
+
+class RateLimitExceeded(TooManyRequests):
+    """A request the limiter refused. ``verdict`` is the core's; ``headers`` every header
+    of its 429 (``Retry-After`` and the rate-limit headers)."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(description="rate limit exceeded")
+        self.verdict = verdict
+        self.headers = list(verdict.headers)
+
+    def get_response(self, environ: Any = None, scope: Any = None) -> Response:
+        """The core's answer: its status, headers and problem+json body."""
+        headers = [(k, v) for k, v in self.headers if k.lower() != "content-length"]
+        return Response(self.verdict.body, status=self.verdict.status, headers=headers)
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What a decorator asked for one view function or blueprint."""
+
+    limits: tuple[str, ...]
+    key: str | None
+    cost: int
+    algorithm: str | None
+    name: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointMatch(Match):
+    """A ``Match`` that also asks which endpoint Flask routed the request to."""
+
+    endpoints: frozenset[str] = field(default_factory=frozenset)
+
+    def match(self, method: str, path: str, host: str | None) -> dict[str, str] | None:
+        if request.endpoint not in self.endpoints:
+            return None
+        return Match.match(self, method, path, host)
+
+
+def path_template(url_rule: str) -> str:
+    """A Werkzeug URL rule (``/items/<int:n>``) as the core's path template (``/items/{n:int}``)."""
+
+    def placeholder(m: re.Match[str]) -> str:
+        kind = {"int": ":int", "path": ":path"}.get(m.group(1) or "", "")
+        return "{" + m.group(2) + kind + "}"
+
+    return _CONVERTER.sub(placeholder, url_rule)
+
+
+class RateLimiter:
+    """The Flask extension (see the module docstring). ``store``, ``rules``, ``key`` and
+    every other keyword (an option of the core) override ``app.config``."""
+
+    def __init__(self, app: Flask | None = None, **overrides: Any) -> None:
+        self.overrides = overrides
+        self._route_limits: dict[Callable[..., Any], list[_Limits]] = {}
+        self._blueprint_limits: dict[str, list[_Limits]] = {}
+        self._exempt_views: set[Callable[..., Any]] = set()
+        self._exempt_blueprints: set[str] = set()
+        self._lock = threading.Lock()
+        if app is not None:
+            self.init_app(app)
+
+    # -- set-up -----------------------------------------------------------------------
+
+    def init_app(self, app: Flask, **overrides: Any) -> None:
+        """Limit ``app``'s requests and add the ``flask ratekeeper`` commands."""
+        app.extensions[EXTENSION] = _AppState(app, {**self.overrides, **overrides})
+        app.before_request(self._before)
+        app.after_request(self._after)
+        app.cli.add_command(self._commands())
+
+    def limit(
+        self,
+        *limits: str,
+        key: str | None = None,
+        cost: int = 1,
+        algorithm: str | None = None,
+        name: str | None = None,
+    ) -> Callable[[T], T]:
+        """A decorator limiting a view function or a ``Blueprint`` by ``limits``
+        (``"2/minute"``, several for one rule). ``key`` is a key template (default
+        ``RATEKEEPER_KEY``, the client's address); ``name`` the rule's name (default the
+        endpoint, or the blueprint's name). Placed above or below ``@app.route``."""
+        entry = _Limits(tuple(limits), key, cost, algorithm, name)
+        Rule(name or "check", list(limits), algorithm or DEFAULT_ALGORITHM)  # a bad limit fails at import
+
+        def decorate(target: T) -> T:
+            if isinstance(target, Blueprint):
+                self._blueprint_limits.setdefault(target.name, []).append(entry)
+            elif callable(target):
+                self._route_limits.setdefault(target, []).append(entry)
+            else:
+                raise TypeError(f"limit() decorates a view function or a Blueprint, not {target!r}")
+            return target
+
+        return decorate
+
+    def exempt(self, target: T) -> T:
+        """A decorator: no rule limits this view function or ``Blueprint``, app-wide ones included."""
+        if isinstance(target, Blueprint):
+            self._exempt_blueprints.add(target.name)
+        elif callable(target):
+            self._exempt_views.add(target)
+        else:
+            raise TypeError(f"exempt decorates a view function or a Blueprint, not {target!r}")
+        return target
+
+    # -- the rules --------------------------------------------------------------------
+
+    def route_rules(self, app: Flask) -> list[HttpRule]:
+        """The rules the decorators made for ``app``'s routes, one per decorated endpoint
+        and one per decorated blueprint."""
+        state = _state(app)
+        default_key = state.setting("key", "RATEKEEPER_KEY", DEFAULT_KEY)
+        by_endpoint: dict[str, tuple[list[str], set[str]]] = {}
+        for url_rule in app.url_map.iter_rules():
+            paths, methods = by_endpoint.setdefault(url_rule.endpoint, ([], set()))
+            paths.append(path_template(url_rule.rule))
+            methods.update(url_rule.methods or ())
+        out: list[HttpRule] = []
+        for endpoint, view in app.view_functions.items():
+            for i, entry in enumerate(self._route_limits.get(view, ())):
+                name = entry.name or (endpoint if i == 0 else f"{endpoint}#{i + 1}")
+                out.append(self._rule(entry, name, {endpoint}, by_endpoint, default_key))
+        for blueprint, entries in self._blueprint_limits.items():
+            endpoints = {e for e in app.view_functions if e.startswith(f"{blueprint}.")}
+            for i, entry in enumerate(entries):
+                name = entry.name or (blueprint if i == 0 else f"{blueprint}#{i + 1}")
+                out.append(self._rule(entry, name, endpoints, by_endpoint, default_key))
+        return out
+
+    @staticmethod
+    def _rule(
+        entry: _Limits,
+        name: str,
+        endpoints: set[str],
+        routes: Mapping[str, tuple[list[str], set[str]]],
+        default_key: str,
+    ) -> HttpRule:
+        paths = [p for e in sorted(endpoints) for p in routes.get(e, ([], set()))[0]]
+        methods = {m for e in endpoints for m in routes.get(e, ([], set()))[1]}
+        rule = Rule(name, list(entry.limits), entry.algorithm or DEFAULT_ALGORITHM)
+        return HttpRule(
+            rule,
+            match=EndpointMatch(
+                methods=frozenset(methods),
+                paths=tuple(PathTemplate.parse(p) for p in dict.fromkeys(paths)),
+                endpoints=frozenset(endpoints),
+            ),
+            key=KeyTemplate.parse(entry.key or default_key),
+            cost=entry.cost,
+            origin=f"@limit on {', '.join(sorted(endpoints)) or name}",
+        )
+
+    def core(self, app: Flask | None = None) -> RateLimitCore:
+        """``app``'s core (the current app's by default), built at its first use."""
+        state = _state(app or current_app._get_current_object())  # type: ignore[attr-defined]
+        with self._lock:
+            if state.core is None:
+                state.core = self._build(state)
+            return state.core
+
+    def _build(self, state: _AppState) -> RateLimitCore:
+        app = state.app
+        app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
+        options: dict[str, Any] = dict(app.config.get("RATEKEEPER_OPTIONS", {}))
+        options.update({k: v for k, v in state.overrides.items() if k not in ("rules", "key", "store")})
+        options["store"] = state.setting("store", "RATEKEEPER_STORE", "memory://")
+        user_exempt = options.pop("exempt", None)
+
+        def exempt(view: Any) -> bool:
+            return self._is_exempt(app) or (user_exempt is not None and bool(user_exempt(view)))
+
+        return RateLimitCore([*app_rules, *self.route_rules(app)], exempt=exempt, **options)
+
+    def _is_exempt(self, app: Flask) -> bool:
+        if request.blueprint is not None and any(bp in self._exempt_blueprints for bp in request.blueprints):
+            return True
+        endpoint = request.endpoint
+        return endpoint is not None and app.view_functions.get(endpoint) in self._exempt_views
+
+    # -- one request --------------------------------------------------------------------
+
+    def _before(self) -> None:
+        app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+        core = self.core(app)
+        view = request_view(request.environ)
+        url_rule = request.url_rule
+        if url_rule is not None:
+            view = _with_route(view, path_template(url_rule.rule), request.view_args or {})
+        verdict = core.check(view)
+        setattr(g, _VERDICT, verdict)
+        if not verdict.allowed:
+            raise RateLimitExceeded(verdict)
+
+    def _after(self, response: Response) -> Response:
+        verdict: Verdict | None = g.pop(_VERDICT, None)
+        if verdict is None or verdict.exempt:
+            return response
+        if not verdict.allowed:
+            # A user's 429 handler answered: it still says how the client stands.
+            for name, value in verdict.headers:
+                if name.lower() not in ("content-type", "content-length") and name not in response.headers:
+                    response.headers[name] = value
+            return response
+        for name, value in verdict.headers:
+            response.headers[name] = value
+        core = self.core()
+        if core.needs_finish(verdict):
+            status = response.status_code
+            response.call_on_close(lambda: core.finish(verdict, status))
+        return response
+
+    # -- the CLI ------------------------------------------------------------------------
+
+    def _commands(self) -> click.Group:
+        group = AppGroup(EXTENSION, help="Ratekeeper's rate limits.")
+
+        @group.command("limits")
+        def limits() -> None:
+            """List the routes and the limits of each."""
+            app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+            for line in self.describe(app):
+                click.echo(line)
+
+        return group
+
+    def describe(self, app: Flask) -> list[str]:
+        """One line per route: its URL rule, endpoint, methods and limits (``exempt``, or
+        the decorators' rules and the app-wide rules that match its path)."""
+        state = _state(app)
+        route_rules = self.route_rules(app)
+        app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
+        lines: list[str] = []
+        for url_rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+            endpoint = url_rule.endpoint
+            view = app.view_functions.get(endpoint)
+            methods = ",".join(sorted((url_rule.methods or set()) - {"HEAD", "OPTIONS"}))
+            blueprint = endpoint.rsplit(".", 1)[0] if "." in endpoint else None
+            if view in self._exempt_views or (blueprint is not None and blueprint in self._exempt_blueprints):
+                limits = "exempt"
+            else:
+                template = path_template(url_rule.rule)
+                found = [_summary(r) for r in route_rules if endpoint in _endpoints(r)]
+                found += [_summary(r) for r in app_rules if _applies(r, template)]
+                limits = "; ".join(found) or "-"
+            lines.append(f"{url_rule.rule}  {endpoint}  {methods}  {limits}")
+        return lines
+
+
+@dataclass
+class _AppState:
+    """One app's settings and core."""
+
+    app: Flask
+    overrides: dict[str, Any]
+    core: RateLimitCore | None = None
+
+    def setting(self, option: str, config_name: str, default: Any) -> Any:
+        """A keyword of the extension, else ``app.config[config_name]``, else ``default``."""
+        if option in self.overrides:
+            return self.overrides[option]
+        return self.app.config.get(config_name, default)
+
+
+def _state(app: Flask) -> _AppState:
+    state = app.extensions.get(EXTENSION)
+    if not isinstance(state, _AppState):
+        raise RuntimeError("this app has no RateLimiter: call RateLimiter(app) or limiter.init_app(app)")
+    return state
+
+
+def _with_route(view: RequestView, route: str, params: Mapping[str, Any]) -> RequestView:
+    return replace(view, route=route, path_params={k: str(v) for k, v in params.items()})
+
+
+def _endpoints(rule: HttpRule) -> Iterable[str]:
+    return rule.match.endpoints if isinstance(rule.match, EndpointMatch) else ()
+
+
+def _applies(rule: HttpRule, template: str) -> bool:
+    """Whether an app-wide rule matches a route's path (its path templates match the route's template text)."""
+    if isinstance(rule.match, EndpointMatch):
+        return False
+    return not rule.match.paths or any(p.match(template) is not None for p in rule.match.paths)
+
+
+def _summary(rule: HttpRule) -> str:
+    limits = ", ".join(str(limit) for limit in rule.rule.limits)
+    return f"{rule.name}: {limits} by {rule.key.source or '*'}"

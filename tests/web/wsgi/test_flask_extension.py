@@ -1,0 +1,222 @@
+"""The Flask extension (``ratekeeper.web.flask.RateLimiter``) served by werkzeug's real server.
+
+Each test builds its own Flask app and serves it on a free loopback port from a thread
+(``werkzeug.serving.make_server``); requests go over HTTP with httpx. The store is the
+memory store and Redis (a prefix of its own per test).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+from flask import Blueprint, Flask, jsonify
+from werkzeug.serving import make_server
+
+from ratekeeper import Rule
+from ratekeeper.config.model import HttpRule, KeyTemplate
+from ratekeeper.web.flask import RateLimiter, RateLimitExceeded, path_template
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def store(request: pytest.FixtureRequest, key_prefix: str) -> str:
+    """Each store the extension is tried on."""
+    return "memory://" if request.param == "memory" else f"redis://127.0.0.1:6379/0?prefix={key_prefix}"
+
+
+@contextmanager
+def serving(app: Flask) -> Iterator[httpx.Client]:
+    """``app`` on werkzeug's threaded server; a client whose base URL is that server."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", timeout=10.0) as client:
+            yield client
+    finally:
+        server.shutdown()
+        thread.join(timeout=5)
+        ext = app.extensions["ratekeeper"]
+        if ext.core is not None:
+            ext.core.close()
+
+
+def make_app(store: str, setup: Callable[[Flask, RateLimiter], None], **config: Any) -> Flask:
+    app = Flask(__name__)
+    app.config["RATEKEEPER_STORE"] = store
+    app.config.update(config)
+    limiter = RateLimiter()
+    setup(app, limiter)
+    limiter.init_app(app)
+    return app
+
+
+def test_a_decorated_route_admits_its_limit_then_answers_429_with_headers(store: str) -> None:
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/items/<int:n>")
+        @limiter.limit("2/minute")
+        def items(n: int) -> Any:
+            return jsonify(n=n)
+
+        @app.get("/free")
+        def free() -> str:
+            return "free"
+
+    with serving(make_app(store, setup)) as client:
+        first = client.get("/items/1")
+        assert first.status_code == 200
+        assert first.json() == {"n": 1}
+        assert first.headers["X-RateLimit-Limit"] == "2"
+        assert first.headers["X-RateLimit-Remaining"] == "1"
+        assert client.get("/items/2").status_code == 200
+        denied = client.get("/items/3")
+        assert denied.status_code == 429
+        assert denied.headers["content-type"].startswith("application/problem+json")
+        assert int(denied.headers["Retry-After"]) > 0
+        assert denied.headers["X-RateLimit-Remaining"] == "0"
+        assert denied.json()["status"] == 429
+        free = client.get("/free")  # no rule: no headers
+        assert free.status_code == 200
+        assert "X-RateLimit-Limit" not in free.headers
+
+
+def test_a_blueprint_limit_is_shared_by_its_routes_and_leaves_other_routes_alone(store: str) -> None:
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        admin = Blueprint("admin", __name__, url_prefix="/admin")
+
+        @admin.get("/a")
+        def a() -> str:
+            return "a"
+
+        @admin.get("/b")
+        def b() -> str:
+            return "b"
+
+        limiter.limit("3/minute")(admin)
+        app.register_blueprint(admin)
+
+        @app.get("/public")
+        def public() -> str:
+            return "public"
+
+    with serving(make_app(store, setup)) as client:
+        assert [client.get(p).status_code for p in ("/admin/a", "/admin/b", "/admin/a", "/admin/b")] == [
+            200,
+            200,
+            200,
+            429,
+        ]
+        assert all(client.get("/public").status_code == 200 for _ in range(5))
+
+
+def test_exempt_routes_and_blueprints_escape_even_the_app_wide_rules(store: str) -> None:
+    everyone = HttpRule(Rule("everyone", "2/minute"), key=KeyTemplate.parse("{client_ip}"))
+
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        ops = Blueprint("ops", __name__, url_prefix="/ops")
+
+        @ops.get("/ping")
+        def ping() -> str:
+            return "pong"
+
+        limiter.exempt(ops)
+        app.register_blueprint(ops)
+
+        @app.get("/health")
+        @limiter.exempt
+        def health() -> str:
+            return "ok"
+
+        @app.get("/page")
+        def page() -> str:
+            return "page"
+
+    with serving(make_app(store, setup, RATEKEEPER_RULES=[everyone])) as client:
+        for _ in range(4):
+            health = client.get("/health")
+            assert health.status_code == 200
+            assert "X-RateLimit-Limit" not in health.headers
+            assert client.get("/ops/ping").status_code == 200
+        assert [client.get("/page").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_app_config_sets_the_store_the_rules_and_the_key(store: str) -> None:
+    by_key = HttpRule(Rule("per-api-key", "1/minute"), key=KeyTemplate.parse("{header.x-api-key}"))
+
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/data")
+        @limiter.limit("5/minute")
+        def data() -> str:
+            return "data"
+
+    app = make_app(store, setup, RATEKEEPER_RULES=[by_key], RATEKEEPER_KEY="{header.x-user}")
+    with serving(app) as client:
+        assert client.get("/data", headers={"x-api-key": "k1", "x-user": "u"}).status_code == 200
+        assert client.get("/data", headers={"x-api-key": "k1", "x-user": "u"}).status_code == 429
+        assert client.get("/data", headers={"x-api-key": "k2", "x-user": "u"}).status_code == 200
+        core = app.extensions["ratekeeper"].core
+        assert core.limiter.store.__class__.__module__.startswith(
+            "ratekeeper.stores.memory" if store == "memory://" else "ratekeeper.stores.redis"
+        )
+        assert {r.name for r in core.rules} == {"per-api-key", "data"}
+
+
+def test_a_users_429_handler_answers_and_keeps_the_rate_limit_headers(store: str) -> None:
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/login")
+        @limiter.limit("1/minute")
+        def login() -> str:
+            return "welcome"
+
+        @app.errorhandler(429)
+        def too_many(error: RateLimitExceeded) -> Any:
+            assert isinstance(error, RateLimitExceeded)
+            return jsonify(error="slow down", rules=[r.name for r in error.verdict.rules]), 429
+
+    with serving(make_app(store, setup)) as client:
+        assert client.get("/login").status_code == 200
+        denied = client.get("/login")
+        assert denied.status_code == 429
+        assert denied.json() == {"error": "slow down", "rules": ["login"]}
+        assert denied.headers["content-type"] == "application/json"
+        assert int(denied.headers["Retry-After"]) > 0
+        assert denied.headers["X-RateLimit-Limit"] == "1"
+
+
+def test_the_cli_lists_the_routes_and_their_limits() -> None:
+    everyone = HttpRule(Rule("everyone", "100/minute"), key=KeyTemplate.parse("{client_ip}"))
+
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/items/<int:n>")
+        @limiter.limit("2/minute", "10/hour")
+        def items(n: int) -> str:
+            return str(n)
+
+        @app.get("/health")
+        @limiter.exempt
+        def health() -> str:
+            return "ok"
+
+    app = make_app("memory://", setup, RATEKEEPER_RULES=[everyone])
+    result = app.test_cli_runner().invoke(args=["ratekeeper", "limits"])
+    assert result.exit_code == 0, result.output
+    lines = {line.split()[0]: line for line in result.output.splitlines()}
+    assert "items: 2/minute, 10/hour by {client_ip}" in lines["/items/<int:n>"]
+    assert "everyone: 100/minute" in lines["/items/<int:n>"]
+    assert lines["/health"].endswith("exempt")
+    assert "GET" in lines["/health"]
+
+
+def test_a_bad_limit_string_fails_at_decoration() -> None:
+    with pytest.raises(Exception, match="limit"):
+        RateLimiter().limit("two per fortnight")
+
+
+def test_werkzeug_url_rules_become_path_templates() -> None:
+    assert path_template("/items/<int:n>/<name>") == "/items/{n:int}/{name}"
+    assert path_template("/files/<path:rest>") == "/files/{rest:path}"
+    assert path_template("/u/<uuid:id>") == "/u/{id}"
