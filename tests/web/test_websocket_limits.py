@@ -125,6 +125,29 @@ def test_a_per_key_limit_spans_two_connections_from_one_client(store_url: str, r
     assert closed.value.rcvd.code == POLICY_VIOLATION
 
 
+def test_a_message_refused_by_one_rule_is_charged_to_neither(rule_name: str) -> None:
+    clock = FakeClock()
+    observer = CountingObserver(6)  # a decision per rule and message
+    limiter = AsyncLimiter("memory://", clock=clock, observer=observer)
+    app = WebSocketLimits(
+        echo,
+        per_connection=Rule(f"{rule_name}.c", "3/hour", "fixed_window"),
+        per_key=Rule(f"{rule_name}.k", "2/minute", "fixed_window"),
+        on_limit="drop",
+        limiter=limiter,
+    )
+    with serve(app) as base, connect(ws_url(base), open_timeout=TIMEOUT, close_timeout=TIMEOUT) as ws:
+        for text in ("a", "b"):
+            ws.send(text)
+            assert ws.recv(timeout=TIMEOUT) == text
+        ws.send("c")  # refused by the per-key rule: the connection's third message is still free
+        assert observer.reached.wait(TIMEOUT)
+        assert [bool(d) for d in observer.decisions] == [True, True, True, True, True, False]
+        clock.advance(60)
+        ws.send("d")
+        assert ws.recv(timeout=TIMEOUT) == "d"
+
+
 def test_a_key_callable_is_given_the_scope() -> None:
     seen: list[str] = []
 
