@@ -220,3 +220,28 @@ def test_werkzeug_url_rules_become_path_templates() -> None:
     assert path_template("/items/<int:n>/<name>") == "/items/{n:int}/{name}"
     assert path_template("/files/<path:rest>") == "/files/{rest:path}"
     assert path_template("/u/<uuid:id>") == "/u/{id}"
+
+
+def test_options_from_app_config_reach_the_core_and_a_refund_follows_the_closed_response(store: str) -> None:
+    closed = threading.Event()
+
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/fail/<int:code>")
+        @limiter.limit("1/minute")
+        def fail(code: int) -> Any:
+            return "failed", code
+
+        @app.after_request
+        def tell_closed(response: Any) -> Any:
+            # Registered before the extension's: runs after it, so this closes after the refund.
+            response.call_on_close(closed.set)
+            return response
+
+    app = make_app(store, setup, RATEKEEPER_OPTIONS={"refund_statuses": [503]})
+    with serving(app) as client:
+        for _ in range(3):  # each 503 is given back: the next request is admitted again
+            assert client.get("/fail/503").status_code == 503
+            assert closed.wait(5)
+            closed.clear()
+        assert client.get("/fail/404").status_code == 404
+        assert client.get("/fail/404").status_code == 429
