@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from fastapi import APIRouter, FastAPI, Request
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ratekeeper.errors import InvalidLimit
 from ratekeeper.web.fastapi import limit
 from ratekeeper.web.problem import QUOTA_EXCEEDED
 
@@ -28,7 +30,7 @@ def assert_limited(responses: list[httpx.Response], admitted: int) -> None:
         assert "application/problem+json" == r.headers["Content-Type"]
         body = json.loads(r.content)
         assert QUOTA_EXCEEDED == body["type"]
-        assert f"{admitted}/1m" == body["limit"] or body["limit"].startswith(f"{admitted}/")
+        assert body["limit"].startswith(f"{admitted}/")
         assert int(r.headers["Retry-After"]) == body["retry_after"] >= 1
 
 
@@ -107,3 +109,24 @@ def test_a_plain_starlette_route_is_limited() -> None:
         got = [client.get("/hello/x") for _ in range(3)]
     assert_limited(got, 2)
     assert {"hello": "x"} == got[0].json()
+
+
+def test_above_the_route_decorator_a_returned_response_gets_the_headers() -> None:
+    app = FastAPI()
+
+    @limit("1/minute")
+    @app.get("/raw")
+    async def raw() -> JSONResponse:
+        return JSONResponse({"raw": True}, headers={"x-app": "1"})
+
+    with serve(app) as base, httpx.Client(base_url=base, timeout=10) as client:
+        got = [client.get("/raw") for _ in range(2)]
+    assert [200, 429] == [r.status_code for r in got]
+    assert "1" == got[0].headers["x-app"] and "1" == got[0].headers["X-RateLimit-Limit"]
+
+
+def test_a_limit_string_that_does_not_parse_fails_at_import() -> None:
+    with pytest.raises(InvalidLimit, match="did you mean 'minute'"):
+        limit("5/minuet")
+    with pytest.raises(InvalidLimit, match="cannot parse limit 'x'"):
+        limit(["5/minute", "x"])

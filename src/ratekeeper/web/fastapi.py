@@ -14,6 +14,10 @@
     @limit(Rule("auth.create_token", ["20/minute", "5/3s"]), key="{client_ip}")
     async def token(): ...
 
+    @limit("5/minute", key=lambda request: request.headers.get("x-api-key"))
+    @app.get("/search")  # the decorator works above the route decorator too
+    async def search(q: str): ...
+
 The same core as the middleware (``ratekeeper.web.base``; every option of it is taken
 here): a refusal raises ``RateLimited`` (an ``HTTPException``) answered with the same 429
 as the middleware's (problem+json body, ``Retry-After``, the rate-limit headers); an
@@ -43,6 +47,7 @@ import contextlib
 import functools
 import gc
 import inspect
+import os
 import typing
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
@@ -65,6 +70,7 @@ from ratekeeper.web.request import RequestView, Verdict
 __all__ = ["RateLimit", "RateLimited", "install", "limit", "rate_limited_response"]
 
 DEFAULT_KEY = "{client_ip}"
+_RULES_FILE_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 
 
 class RateLimited(HTTPException):
@@ -222,7 +228,7 @@ def _limit_strings(rules: Any) -> list[str] | None:
         for item in items:
             Limit.parse(item)
     except InvalidLimit:
-        if isinstance(rules, str):
+        if isinstance(rules, str) and (os.path.exists(rules) or rules.lower().endswith(_RULES_FILE_SUFFIXES)):
             return None  # a rules-file path
         raise
     return items or None
