@@ -36,14 +36,16 @@ path, done only when a rule needs them.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from asgiref.sync import async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import AsyncToSync, async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 
 from ratekeeper.decision import Decision
 from ratekeeper.errors import ConfigurationError, RateKeeperError
@@ -294,36 +296,42 @@ class RateLimitState:
 class _Limiters:
     """One store per process for every decorated view: the blocking ``Limiter`` decides for
     sync views, the ``AsyncLimiter`` for async ones, over the same store URL; on
-    ``memory://`` both wrap one ``MemoryStore``, so the two kinds of view share one budget."""
+    ``memory://`` both wrap one ``MemoryStore``, so the two kinds of view share one budget.
+
+    A server store's ``AsyncLimiter`` keeps connections bound to the event loop it first
+    ran on, its home. Under WSGI, Django runs each async view on an event loop of its own
+    (asgiref's ``async_to_sync``), which ends with the request: there the blocking
+    ``Limiter`` decides, on that loop's private thread, so no connection outlives its loop.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sync: Limiter | None = None
-        self._async: AsyncLimiter | None = None
+        self._pair: tuple[Limiter, AsyncLimiter] | None = None
+        self._home: asyncio.AbstractEventLoop | None = None
 
-    def _open(self) -> None:
-        from django.conf import settings
+    def _open(self) -> tuple[Limiter, AsyncLimiter]:
+        with self._lock:
+            if self._pair is None:
+                from django.conf import settings
 
-        conf = getattr(settings, "RATEKEEPER", None)
-        url = conf.get("store", "memory://") if isinstance(conf, Mapping) else "memory://"
-        on_error = conf.get("on_error", "allow") if isinstance(conf, Mapping) else "allow"
-        store: Any = open_store(url) if isinstance(url, str) and url.lower().startswith("memory:") else url
-        self._async = AsyncLimiter(store, on_error=on_error)
-        self._sync = Limiter(store, on_error=on_error)
+                conf = getattr(settings, "RATEKEEPER", None)
+                conf = conf if isinstance(conf, Mapping) else {}
+                url, on_error = conf.get("store", "memory://"), conf.get("on_error", "allow")
+                if isinstance(url, str) and urlsplit(url).scheme.lower() == "memory":
+                    url = open_store(url)  # one memory store for both limiters
+                self._pair = (Limiter(url, on_error=on_error), AsyncLimiter(url, on_error=on_error))
+            return self._pair
 
     def sync(self) -> Limiter:
-        with self._lock:
-            if self._sync is None:
-                self._open()
-            assert self._sync is not None
-            return self._sync
+        return (self._pair or self._open())[0]
 
-    def asynchronous(self) -> AsyncLimiter:
-        with self._lock:
-            if self._async is None:
-                self._open()
-            assert self._async is not None
-            return self._async
+    def on_this_loop(self) -> AsyncLimiter | None:
+        """The ``AsyncLimiter`` when the running loop is its home (claimed by the first loop
+        that is not one of ``async_to_sync``'s own), else None: decide with ``sync()``."""
+        loop = asyncio.get_running_loop()
+        if self._home is None and loop not in getattr(AsyncToSync, "loop_thread_executors", {}):
+            self._home = loop
+        return (self._pair or self._open())[1] if loop is self._home else None
 
 
 _limiters = _Limiters()
@@ -368,7 +376,7 @@ def _key_function(key: str | KeyFunction) -> KeyFunction:
     )
 
 
-def _denial(request: HttpRequest, decision: Decision, rule: Rule) -> HttpResponseBase:
+def _denial(decision: Decision, rule: Rule) -> HttpResponseBase:
     """Our answer to a refused request: problem+json with the rate-limit headers."""
     from django.http import HttpResponse
 
@@ -432,52 +440,52 @@ def ratelimit(
     def decorate(view: Callable[..., Any]) -> Callable[..., Any]:
         rule = Rule(group or f"{view.__module__}.{view.__qualname__}", limits)
 
-        def counted(request: HttpRequest) -> bool:
-            return methods is None or (request.method or "GET").upper() in methods
+        def key_for(request: HttpRequest) -> str | None:
+            if methods is not None and (request.method or "GET").upper() not in methods:
+                return None
+            value = key_of(rule.name, request)
+            return bounded_key(value) if value else None
 
-        def state(decision: Decision | None) -> RateLimitState:
-            return RateLimitState(decision is not None and not decision.allowed, decision)
+        def blocked(request: HttpRequest, decision: Decision | None) -> Decision | None:
+            """Sets ``request.ratelimit``; the decision when the view is not to be called."""
+            limited = decision is not None and not decision.allowed
+            request.ratelimit = RateLimitState(limited, decision)
+            return decision if limited and block else None
 
         if iscoroutinefunction(view):
 
             @functools.wraps(view)
             async def async_wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+                if key in ("user", "user_or_ip") and getattr(request, "auser", None) is not None:
+                    request.user = await request.auser()  # the lazy user may not query on the loop
+                value = key_for(request)
                 decision = None
-                if counted(request):
-                    if key in ("user", "user_or_ip") and getattr(request, "auser", None) is not None:
-                        request.user = await request.auser()  # not a lazy query on the event loop
-                    value = key_of(rule.name, request)
-                    if value:
-                        decision = await _limiters.asynchronous().try_acquire(rule, bounded_key(value), cost)
-                request.ratelimit = verdict = state(decision)
-                if verdict.limited and block:
-                    assert decision is not None
+                if value is not None:
+                    limiter = _limiters.on_this_loop()
+                    if limiter is None:
+                        decision = _limiters.sync().try_acquire(rule, value, cost)
+                    else:
+                        decision = await limiter.try_acquire(rule, value, cost)
+                refused = blocked(request, decision)
+                if refused is not None:
                     denied = _denied_view()
                     if denied is None:
-                        return _denial(request, decision, rule)
-                    if iscoroutinefunction(denied):
-                        return await denied(request)
-                    return await sync_to_async(denied)(request)
+                        return _denial(refused, rule)
+                    return await (denied if iscoroutinefunction(denied) else sync_to_async(denied))(request)
                 return await view(request, *args, **kwargs)
 
             return async_wrapper
 
         @functools.wraps(view)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            decision = None
-            if counted(request):
-                value = key_of(rule.name, request)
-                if value:
-                    decision = _limiters.sync().try_acquire(rule, bounded_key(value), cost)
-            request.ratelimit = verdict = state(decision)
-            if verdict.limited and block:
-                assert decision is not None
+            value = key_for(request)
+            decision = None if value is None else _limiters.sync().try_acquire(rule, value, cost)
+            refused = blocked(request, decision)
+            if refused is not None:
                 denied = _denied_view()
                 if denied is None:
-                    return _denial(request, decision, rule)
-                if iscoroutinefunction(denied):
-                    return async_to_sync(denied)(request)
-                return denied(request)
+                    return _denial(refused, rule)
+                return (async_to_sync(denied) if iscoroutinefunction(denied) else denied)(request)
             return view(request, *args, **kwargs)
 
         return wrapper

@@ -99,3 +99,17 @@ def test_denied_view_setting(tmp_path: Path, kind: str) -> None:
             assert statuses == [200] * 4
             assert denied.status_code == 429
             assert denied.json() == {"denied": True, "limited": True}
+
+
+@pytest.mark.parametrize("kind", list(TARGETS))
+def test_sync_and_async_views_share_one_redis_budget(tmp_path: Path, kind: str) -> None:
+    """On Redis too, including under gunicorn, where each async view runs on an event loop
+    of its own that ends with the request (the async limiter's connections must not be
+    bound to one of those)."""
+    store = f"redis://127.0.0.1:6379/0?prefix=rk-test-decorator-{fresh()}:"
+    with (
+        AppServer(TARGETS[kind], {"store": store, "rules": []}, tmp_path, kind=kind) as server,
+        httpx.Client(base_url=server.url, headers={"X-Api-Key": fresh()}) as client,
+    ):
+        statuses = [client.get(path).status_code for path in ["/rl/shared-async", "/rl/shared-sync"] * 3]
+    assert statuses == [200, 200, 200, 200, 429, 429]
