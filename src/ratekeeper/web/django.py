@@ -32,6 +32,9 @@ authenticated (``await request.auser()`` in async mode), ``{route}`` = Django's 
 pattern (``"items/<str:user>"``) and the view's keyword arguments as path parameters for
 ``{path.x}`` (a rule's own path template wins); the last two come from resolving the
 path, done only when a rule needs them.
+
+``ratelimit`` limits one view without rules or middleware, as django-ratelimit's
+decorator does (see its docstring).
 """
 
 from __future__ import annotations
