@@ -98,6 +98,17 @@ def test_a_charge_of_nothing_writes_nothing(algorithm: str) -> None:
     assert state is None and decision.remaining_each == (10,) and decision.reset_us == (0,)
 
 
+def logical(answer: tuple[Any, Any]) -> tuple[Any, Any]:
+    """A decision with the state it leaves, the state as what it holds: a sliding log's state
+    is a view of lists it may share with newer states (its module says why), so the same
+    entries may sit in lists of another length."""
+    state, decision = answer
+    if isinstance(state, tuple) and len(state) == 5 and isinstance(state[1], list):
+        base, times, totals, start, end = state
+        state = (base, tuple(times[start:end]), tuple(totals[start:end]))
+    return state, decision
+
+
 steps = st.lists(
     st.tuples(
         st.sampled_from([0, 1, 999, 100_000, 333_334, 1_000_000, 3_000_000]),
@@ -122,9 +133,9 @@ def test_a_refusal_in_debt_says_when_the_debt_is_paid_back(algorithm: str, ops: 
     for step, op, cost in ops:
         now += step
         if op == "charge":
-            before = plan.decide(state, now, 1, None, None)
+            before = logical(plan.decide(state, now, 1, None, None))
             new, decision = plan.algorithm.charge(plan, state, now, cost)
-            assert plan.decide(state, now, 1, None, None) == before
+            assert logical(plan.decide(state, now, 1, None, None)) == before
             assert plan.algorithm.charge(plan, state, now, cost)[1] == decision
             assert decision.remaining_each[0] >= -10 and decision.remaining_each[1] >= -30
             state = new
