@@ -19,6 +19,7 @@ from ratekeeper.rule import Rule
 
 __all__ = [
     "KEY_PARTS",
+    "Fallback",
     "HttpRule",
     "KeyTemplate",
     "Match",
@@ -43,27 +44,47 @@ _PATH_PARAM = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(?::(path|int|str))?$")
 
 
 @dataclass(frozen=True, slots=True)
-class KeyTemplate:
-    """Literal text and request parts, e.g. ``"{client_ip}"`` or ``"org:{header.x-org}"``.
+class Fallback:
+    """A placeholder with alternatives, ``{user|client_ip}``: the first part the request has.
 
-    ``parts`` alternates literal strings and ``(part, name)`` pairs. The empty template
-    (no key in the file) renders one global key for the rule.
+    Each alternative is a ``(part, name)`` pair, tried in order; an empty value counts as
+    missing, so an anonymous request (no ``{user}``) falls through to its address.
+    """
+
+    alternatives: tuple[tuple[str, str | None], ...]
+
+    def value(self, lookup: PartLookup) -> str | None:
+        """The first alternative's value that the request has, or None when it has none."""
+        for part, name in self.alternatives:
+            value = lookup(part, name)
+            if value:
+                return value
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyTemplate:
+    """Literal text and request parts, e.g. ``"{client_ip}"``, ``"org:{header.x-org}"`` or
+    ``"{user|client_ip}"`` (a logged-in user, else the address).
+
+    ``parts`` alternates literal strings, ``(part, name)`` pairs and ``Fallback`` chains.
+    The empty template (no key in the file) renders one global key for the rule.
     """
 
     source: str
-    parts: tuple[str | tuple[str, str | None], ...]
+    parts: tuple[str | tuple[str, str | None] | Fallback, ...]
 
     @classmethod
     def parse(cls, text: str) -> KeyTemplate:
         """The template, or ``ConfigurationError`` naming the part that is not known."""
         if not isinstance(text, str):
             raise ConfigurationError(f"a key template must be a string such as '{{client_ip}}', got {text!r}")
-        parts: list[str | tuple[str, str | None]] = []
+        parts: list[str | tuple[str, str | None] | Fallback] = []
         pos = 0
         for m in _PLACEHOLDER.finditer(text):
             if m.start() > pos:
                 parts.append(text[pos : m.start()])
-            parts.append(_parse_part(m.group(1), text))
+            parts.append(_parse_placeholder(m.group(1), text))
             pos = m.end()
         rest = text[pos:]
         if "{" in rest or "}" in rest:
@@ -74,8 +95,14 @@ class KeyTemplate:
 
     @property
     def needs(self) -> tuple[tuple[str, str | None], ...]:
-        """The request parts this template reads."""
-        return tuple(p for p in self.parts if isinstance(p, tuple))
+        """The request parts this template reads (every alternative of a fallback chain)."""
+        needs: list[tuple[str, str | None]] = []
+        for part in self.parts:
+            if isinstance(part, Fallback):
+                needs.extend(part.alternatives)
+            elif isinstance(part, tuple):
+                needs.append(part)
+        return tuple(needs)
 
     def render(self, lookup: PartLookup) -> str | None:
         """The key for one request, or None when the request lacks a part it needs."""
@@ -86,11 +113,27 @@ class KeyTemplate:
             if isinstance(part, str):
                 out.append(part)
                 continue
-            value = lookup(part[0], part[1])
+            value = part.value(lookup) if isinstance(part, Fallback) else lookup(part[0], part[1])
             if value is None or value == "":
                 return None
             out.append(value)
         return "".join(out)
+
+
+def _parse_placeholder(inner: str, text: str) -> tuple[str, str | None] | Fallback:
+    """One ``{...}``: a request part, or a ``|`` chain of two or more distinct parts."""
+    if "|" not in inner:
+        return _parse_part(inner, text)
+    names = [name.strip() for name in inner.split("|")]
+    if any(not name for name in names):
+        raise ConfigurationError(
+            f"empty alternative in {{{inner}}} in key template {text!r}; "
+            "a fallback chain names two or more parts, e.g. {user|client_ip}"
+        )
+    alternatives = tuple(_parse_part(name, text) for name in names)
+    if len(set(alternatives)) < len(alternatives):
+        raise ConfigurationError(f"a part appears twice in {{{inner}}} in key template {text!r}")
+    return Fallback(alternatives)
 
 
 def _parse_part(inner: str, text: str) -> tuple[str, str | None]:
