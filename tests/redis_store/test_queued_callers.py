@@ -26,6 +26,7 @@ from ratekeeper.op import Op
 from ratekeeper.stores.redis.store import RedisStore
 from ratekeeper.stores.redis.store_async import AsyncRedisStore
 from servers import RedisServer
+from stores.observed_queue import ObservedCoalescer, finished
 
 pytestmark = pytest.mark.redis
 
@@ -226,12 +227,14 @@ class _AsyncGate:
 
     def __init__(self, store: AsyncRedisStore, fail_with: BaseException | None = None) -> None:
         self.opened = asyncio.Event()
+        self.entered = asyncio.Event()
         self.ops: list[int] = []
         self.fail_with = fail_with
         send = store.shell.call
 
         async def gated(call: Any, client: Any = None) -> Any:
             self.ops.append(int(call.args[2]))
+            self.entered.set()
             await asyncio.wait_for(self.opened.wait(), BOUND)
             if self.fail_with is not None:
                 exc, self.fail_with = self.fail_with, None
@@ -241,21 +244,34 @@ class _AsyncGate:
         store.shell.call = gated  # type: ignore[method-assign]
 
 
-async def _settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def _warm_and_observe(store: AsyncRedisStore) -> ObservedCoalescer:
+    """One decision (its key apart from the tests'), then the store's idle queue swapped for
+    an observed one, so the test waits for what it needs (a call at the gate, ops queued)."""
+    assert (await store.decide(Op.decide(PLAN, "warm", 1), EPOCH_US)).allowed
+    core = store._coalescer.core
+    assert core.in_flight == 0 and not core.queue
+    observed = ObservedCoalescer.like(core)
+    store._coalescer.core = observed
+    return observed
+
+
+async def _entered(gate: _AsyncGate) -> None:
+    """Wait until a call reached the gate, then re-arm for the next one."""
+    await asyncio.wait_for(gate.entered.wait(), BOUND)
+    gate.entered.clear()
 
 
 def test_a_caller_cancelled_while_queued_charges_nothing_and_the_others_are_answered(key_prefix: str) -> None:
     async def run() -> None:
         store = AsyncRedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
+        queue = await _warm_and_observe(store)
         gate = _AsyncGate(store)
         first = asyncio.ensure_future(store.decide(Op.decide(PLAN, "k", 1), EPOCH_US))
-        await _settle()
+        await _entered(gate)
         queued = [asyncio.ensure_future(store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)) for _ in range(3)]
-        await _settle()
+        await queue.queued(3)
         queued[1].cancel()
-        await _settle()
+        await finished(queued[1])  # its op stays queued, skipped when the call is made
         gate.opened.set()
         done = await asyncio.wait_for(asyncio.gather(first, queued[0], queued[2]), BOUND)
         assert [d.remaining for d in done] == [999, 998, 997]
@@ -269,11 +285,13 @@ def test_a_caller_cancelled_while_queued_charges_nothing_and_the_others_are_answ
 def test_a_caller_cancelled_while_its_call_is_in_flight_leaves_the_call_to_the_others(key_prefix: str) -> None:
     async def run() -> None:
         store = AsyncRedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
+        queue = await _warm_and_observe(store)
         gate = _AsyncGate(store)
         callers = [asyncio.ensure_future(store.decide(Op.decide(PLAN, "k", 1), EPOCH_US)) for _ in range(3)]
-        await _settle()
+        await _entered(gate)
+        assert queue.taken == 1 and not queue.queue  # the three ops are in flight as one call
         callers[0].cancel()
-        await _settle()
+        await finished(callers[0])
         gate.opened.set()
         done = await asyncio.wait_for(asyncio.gather(*callers[1:]), BOUND)
         assert [d.remaining for d in done] == [998, 997]  # the cancelled caller's op ran: it was sent
@@ -290,15 +308,17 @@ def test_an_error_reaches_every_caller_of_the_call_and_a_cancelled_call_is_a_sto
 
     async def run() -> None:
         store = AsyncRedisStore(URL, prefix=f"{key_prefix}:", max_in_flight=1)
+        queue = await _warm_and_observe(store)
         gate = _AsyncGate(store, fail_with=StoreError("boom"))
         callers = [asyncio.ensure_future(store.decide(Op.decide(PLAN, f"k{i}", 1), EPOCH_US)) for i in range(4)]
-        await _settle()
+        await _entered(gate)
+        assert queue.taken == 1 and not queue.queue  # the four ops went out as one call
         gate.opened.set()
         results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), BOUND)
         assert [str(r) for r in results] == ["boom"] * 4
         gate.opened.clear()
         callers = [asyncio.ensure_future(store.decide(Op.decide(PLAN, f"k{i}", 1), EPOCH_US)) for i in range(2)]
-        await _settle()
+        await _entered(gate)
         (task,) = store._coalescer.tasks
         task.cancel()
         results = await asyncio.wait_for(asyncio.gather(*callers, return_exceptions=True), BOUND)
