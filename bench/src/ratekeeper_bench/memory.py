@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from ratekeeper_bench import report
+from ratekeeper_bench import options, report
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper_bench.peers import (
     LIBRARIES,
@@ -438,22 +438,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         quick_keys=QUICK_KEYS,
         keys_help="keys of the many_keys scenarios",
     )
-    parser.add_argument(
-        "--scenario",
-        action="append",
-        dest="scenarios",
-        choices=tuple(SCENARIOS),
-        metavar="NAME",
-        help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}",
-    )
-    parser.add_argument(
-        "--library",
-        action="append",
-        dest="libraries",
-        choices=(*LIBRARIES, *LIBRARY_ALIASES),
-        metavar="NAME",
-        help=f"compare only with this library (repeatable): {', '.join(LIBRARIES[1:])}; ratekeeper always runs",
-    )
+    options.add_scenario_option(parser, tuple(SCENARIOS))
+    options.add_peer_option(parser, "--library", "libraries", (*LIBRARIES, *LIBRARY_ALIASES), LIBRARIES[1:])
     parser.add_argument(
         "--memory-keys",
         type=count(0),
@@ -467,11 +453,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: TextIO | None = None) -> BenchResult:
     """Run the benchmark as parsed by a parser given ``add_arguments``."""
     quick: bool = args.quick
-    duration: float = args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION)
-    keys: int = args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS)
-    memory_keys: int = (
-        args.memory_keys if args.memory_keys is not None else (QUICK_MEMORY_KEYS if quick else DEFAULT_MEMORY_KEYS)
-    )
+    duration: float = options.or_default(args.duration, quick, DEFAULT_DURATION, QUICK_DURATION)
+    keys: int = options.or_default(args.keys, quick, DEFAULT_KEYS, QUICK_KEYS)
+    memory_keys: int = options.or_default(args.memory_keys, quick, DEFAULT_MEMORY_KEYS, QUICK_MEMORY_KEYS)
     return run_memory_bench(
         duration,
         args.scenarios,
@@ -490,12 +474,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ratekeeper bench memory",
-        description="Compare ratekeeper's memory store with limits, pyrate-limiter and throttled-py.",
+    return options.command_main(
+        argv,
+        "ratekeeper bench memory",
+        "Compare ratekeeper's memory store with limits, pyrate-limiter and throttled-py.",
+        add_arguments,
+        run,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

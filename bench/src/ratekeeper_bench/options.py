@@ -5,9 +5,22 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["add_common_options", "choose", "count", "describe", "finish", "positive_float"]
+T = TypeVar("T")
+
+__all__ = [
+    "add_common_options",
+    "add_peer_option",
+    "add_scenario_option",
+    "choose",
+    "command_main",
+    "count",
+    "describe",
+    "finish",
+    "or_default",
+    "positive_float",
+]
 
 
 def describe(exc: BaseException) -> str:
@@ -122,6 +135,58 @@ def add_server_run_options(parser: argparse.ArgumentParser, *, pin_help: str) ->
     parser.add_argument("--markdown", type=Path, default=None, metavar="PATH", help="also write the tables to PATH")
     parser.add_argument("--quick", action="store_true", help="1 s per case, one round, no warm-up: for tests")
     parser.add_argument("--no-progress", action="store_false", dest="progress", help="print no progress")
+
+
+def add_scenario_option(parser: argparse.ArgumentParser, scenarios: Sequence[str]) -> None:
+    """``--scenario NAME`` (repeatable, into ``args.scenarios``), one of ``scenarios``."""
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        dest="scenarios",
+        choices=scenarios,
+        metavar="NAME",
+        help=f"run only this scenario (repeatable): {', '.join(scenarios)}",
+    )
+
+
+def add_peer_option(
+    parser: argparse.ArgumentParser,
+    option: str,
+    dest: str,
+    choices: Sequence[str],
+    names: Sequence[str],
+    what: str = "library",
+) -> None:
+    """``option NAME`` (repeatable, into ``args.<dest>``): a peer (a ``what``) to compare
+    ratekeeper with, one of ``choices``; the help lists ``names``."""
+    parser.add_argument(
+        option,
+        action="append",
+        dest=dest,
+        choices=choices,
+        metavar="NAME",
+        help=f"compare only with this {what} (repeatable): {', '.join(names)}; ratekeeper always runs",
+    )
+
+
+def or_default(value: T | None, quick: bool, default: T, quick_default: T) -> T:
+    """``value`` when an option gave it, else the command's ``--quick`` or usual default."""
+    if value is not None:
+        return value
+    return quick_default if quick else default
+
+
+def command_main(
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str,
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    run: Callable[[argparse.Namespace], int],
+) -> int:
+    """Parse ``argv`` with a parser for ``prog`` given ``add_arguments``; ``run``'s exit status."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
 
 
 def finish(result: Any, markdown: Path | None) -> int:

@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from ratekeeper_bench import report
+from ratekeeper_bench import options, report
 from ratekeeper_bench.latency import Sample, Target, time_sync, time_threads
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
 from ratekeeper_bench.peers import library_version
@@ -508,23 +508,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-functions", action="store_false", dest="functions", help="skip the server's time per function"
     )
-    parser.add_argument(
-        "--scenario",
-        action="append",
-        dest="scenarios",
-        choices=SCENARIOS,
-        metavar="NAME",
-        help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}",
-    )
+    options.add_scenario_option(parser, SCENARIOS)
     names = [s.name for s in SUBJECTS[1:]]
-    parser.add_argument(
-        "--subject",
-        action="append",
-        dest="subjects",
-        choices=names,
-        metavar="NAME",
-        help=f"compare only with this one (repeatable): {', '.join(names)}; ratekeeper always runs",
-    )
+    options.add_peer_option(parser, "--subject", "subjects", names, names, what="one")
 
 
 def bench_from_args(
@@ -534,8 +520,8 @@ def bench_from_args(
     quick: bool = args.quick
     settings = Settings(
         url=args.url,
-        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
-        keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
+        duration=options.or_default(args.duration, quick, DEFAULT_DURATION, QUICK_DURATION),
+        keys=options.or_default(args.keys, quick, DEFAULT_KEYS, QUICK_KEYS),
         workers=args.workers,
         synchronous_commit=args.synchronous_commit,
         log_lengths=args.log_lengths,
@@ -555,12 +541,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ratekeeper bench postgres",
-        description="Compare ratekeeper's PostgreSQL store with the strategies it replaces and pyrate-limiter.",
+    return options.command_main(
+        argv,
+        "ratekeeper bench postgres",
+        "Compare ratekeeper's PostgreSQL store with the strategies it replaces and pyrate-limiter.",
+        add_arguments,
+        run,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -61,7 +61,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from ratekeeper_bench import report
+from ratekeeper_bench import options, report
 from ratekeeper_bench.asyncio_split import FloorCell, SplitCell, measure_floors, measure_split, render_split
 from ratekeeper_bench.latency import Sample, Target, time_sync, time_tasks
 from ratekeeper_bench.options import add_common_options, choose, count, describe, finish
@@ -638,8 +638,8 @@ def run_redis_bench(
                     label = f"{mode} {scenario} {subj.library} {subj.algorithm}{round_tag}"
                     steps.append((label, ("cell", subj, scenario, mode)))
         if settings.coalescing:
-            for tag, options in (("coalesced", {}), ("uncoalesced", UNBATCHED)):
-                subj = ratekeeper_subject("gcra", options)
+            for tag, store_options in (("coalesced", {}), ("uncoalesced", UNBATCHED)):
+                subj = ratekeeper_subject("gcra", store_options)
                 steps.append((f"coalescing ratekeeper gcra {tag}{round_tag}", ("coalesce", subj, tag)))
     if settings.hammer:
         for subj in measured:
@@ -914,22 +914,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run every cell N times, interleaved, and report the median round (default 1)",
     )
-    parser.add_argument(
-        "--scenario",
-        action="append",
-        dest="scenarios",
-        choices=SCENARIOS,
-        metavar="NAME",
-        help=f"run only this scenario (repeatable): {', '.join(SCENARIOS)}",
-    )
-    parser.add_argument(
-        "--library",
-        action="append",
-        dest="libraries",
-        choices=LIBRARIES[1:],
-        metavar="NAME",
-        help=f"compare only with this library (repeatable): {', '.join(LIBRARIES[1:])}; ratekeeper always runs",
-    )
+    options.add_scenario_option(parser, SCENARIOS)
+    options.add_peer_option(parser, "--library", "libraries", LIBRARIES[1:], LIBRARIES[1:])
     parser.add_argument("--no-hammer", action="store_false", dest="hammer", help="skip the 8-process hammer")
     parser.add_argument("--no-coalescing", action="store_false", dest="coalescing", help="skip the coalescing cells")
     parser.add_argument(
@@ -950,8 +936,8 @@ def bench_from_args(args: argparse.Namespace, out: TextIO, progress_stream: Text
     quick: bool = args.quick
     settings = Settings(
         url=args.url,
-        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
-        keys=args.keys if args.keys is not None else (QUICK_KEYS if quick else DEFAULT_KEYS),
+        duration=options.or_default(args.duration, quick, DEFAULT_DURATION, QUICK_DURATION),
+        keys=options.or_default(args.keys, quick, DEFAULT_KEYS, QUICK_KEYS),
         tasks=args.tasks,
         rounds=args.rounds,
         hammer=args.hammer,
@@ -971,12 +957,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ratekeeper bench redis",
-        description="Compare ratekeeper's Redis store with limits, pyrate-limiter and throttled-py.",
+    return options.command_main(
+        argv,
+        "ratekeeper bench redis",
+        "Compare ratekeeper's Redis store with limits, pyrate-limiter and throttled-py.",
+        add_arguments,
+        run,
     )
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -62,9 +62,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from ratekeeper_bench import report
+from ratekeeper_bench import options, report
 from ratekeeper_bench.environment import redis_reachable, store_url, versions
-from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, describe, finish
+from ratekeeper_bench.options import (
+    add_load_options,
+    add_server_run_options,
+    choose,
+    describe,
+    finish,
+)
 from ratekeeper_bench.serve_load import (
     GRPC_PATH,
     HEALTH_BODY,
@@ -785,8 +791,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def settings_from_args(args: argparse.Namespace) -> Settings:
     quick: bool = args.quick
     return Settings(
-        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
-        rounds=args.rounds if args.rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+        duration=options.or_default(args.duration, quick, DEFAULT_DURATION, QUICK_DURATION),
+        rounds=options.or_default(args.rounds, quick, DEFAULT_ROUNDS, QUICK_ROUNDS),
         connections=args.connections,
         warm_up=not quick,
         pin=args.pin,
@@ -834,9 +840,7 @@ def _run_workers(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ratekeeper bench serve", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return options.command_main(argv, "ratekeeper bench serve", __doc__.split("\n\n")[0], add_arguments, run)
 
 
 if __name__ == "__main__":

@@ -58,9 +58,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from ratekeeper_bench import report
+from ratekeeper_bench import options, report
 from ratekeeper_bench.environment import redis_reachable, store_url, versions
-from ratekeeper_bench.options import add_load_options, add_server_run_options, choose, count, describe, finish
+from ratekeeper_bench.options import (
+    add_load_options,
+    add_server_run_options,
+    choose,
+    count,
+    describe,
+    finish,
+)
 from ratekeeper_bench.web_apps import AppConfig
 from ratekeeper_bench.web_apps.django_app import has_django_middleware
 from ratekeeper_bench.web_apps.servers import FRAMEWORKS, Server, ServerError
@@ -662,8 +669,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     """The ``Settings`` of arguments parsed by a parser given ``add_arguments``."""
     quick: bool = args.quick
     return Settings(
-        duration=args.duration if args.duration is not None else (QUICK_DURATION if quick else DEFAULT_DURATION),
-        rounds=args.rounds if args.rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS),
+        duration=options.or_default(args.duration, quick, DEFAULT_DURATION, QUICK_DURATION),
+        rounds=options.or_default(args.rounds, quick, DEFAULT_ROUNDS, QUICK_ROUNDS),
         threads=args.threads,
         connections=args.connections,
         warm_up=not quick,
@@ -690,9 +697,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ratekeeper bench web", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+    return options.command_main(argv, "ratekeeper bench web", __doc__.split("\n\n")[0], add_arguments, run)
 
 
 if __name__ == "__main__":
