@@ -730,8 +730,7 @@ def _cell_id(cell: Cell) -> tuple[str, str, str]:
 
 def _median(cells: list[Cell]) -> Cell:
     """The round with the median rate (the lower middle one of an even count), with every round's rate."""
-    ordered = sorted(cells, key=lambda c: c.rate)
-    middle = ordered[(len(ordered) - 1) // 2]
+    middle = report.median_by(cells, lambda c: c.rate)
     return replace(middle, round_rates=tuple(c.rate for c in cells))
 
 

@@ -8,12 +8,25 @@ a ``BenchResult`` into tables that can be pasted into ``docs/benchmarks.md``.
 from __future__ import annotations
 
 import shutil
-from typing import TYPE_CHECKING, TextIO
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 if TYPE_CHECKING:
     from ratekeeper_bench.memory import BenchResult
 
-__all__ = ["Progress", "format_bytes", "format_fraction", "format_rate", "render_markdown"]
+__all__ = [
+    "Progress",
+    "format_bytes",
+    "format_fraction",
+    "format_machine_load",
+    "format_rate",
+    "median_by",
+    "ms",
+    "render_markdown",
+    "verdict",
+]
+
+T = TypeVar("T")
 
 
 class Progress:
@@ -100,6 +113,30 @@ def format_fraction(fraction: float) -> str:
 
 def format_bytes(value: float) -> str:
     return f"{value:,.0f}"
+
+
+def ms(us: float) -> str:
+    """Microseconds as milliseconds with two decimals."""
+    return f"{us / 1000:.2f}"
+
+
+def verdict(met: bool | None) -> str:
+    """A target's verdict: met, not met (in bold) or not measured (``None``)."""
+    return "not measured" if met is None else ("met" if met else "**not met**")
+
+
+def format_machine_load(before: tuple[float, float, float], after: tuple[float, float, float]) -> str:
+    """The load averages before and after a run, as one sentence of a report."""
+    return (
+        f"Machine load (1/5/15-minute load average): {before[0]:.2f} / {before[1]:.2f} / {before[2]:.2f} before, "
+        f"{after[0]:.2f} / {after[1]:.2f} / {after[2]:.2f} after."
+    )
+
+
+def median_by(items: Sequence[T], key: Callable[[T], float]) -> T:
+    """The item with the median ``key`` (the lower middle one of an even count)."""
+    ordered = sorted(items, key=key)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def _ratio(value: tuple[float, str] | None, *, unit: str = "×") -> str:

@@ -190,8 +190,7 @@ class CaseResult:
 
     @property
     def median(self) -> Round:
-        ordered = sorted(self.rounds, key=lambda r: r.load.rate)
-        return ordered[(len(ordered) - 1) // 2]
+        return report.median_by(self.rounds, lambda r: r.load.rate)
 
     @property
     def rate(self) -> float:
@@ -627,18 +626,10 @@ def run_serve_bench(
 # -- report --------------------------------------------------------------------------------
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:.2f}"
-
-
 def _figure(target: Target, value: float | None) -> str:
     if value is None:
         return "n/a"
     return f"{value:.2f}x" if target.unit == "x" else f"{value:.2f} {target.unit}"
-
-
-def _verdict(met: bool | None) -> str:
-    return "not measured" if met is None else ("met" if met else "**not met**")
 
 
 def render_markdown(result: ServeBenchResult) -> str:
@@ -650,7 +641,6 @@ def render_markdown(result: ServeBenchResult) -> str:
         if result.pinned
         else "no pinning (the kernel places the service and the load generators)"
     )
-    lb, la = result.load_before, result.load_after
     out = [
         "## The service (`ratekeeper bench serve`)",
         "",
@@ -669,8 +659,7 @@ def render_markdown(result: ServeBenchResult) -> str:
         "thread was runnable but another process held CPU 0 (`/proc/PID/schedstat`), over the wall time; *per "
         "server CPU-s*: requests per second of the service's CPU time.",
         "",
-        f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
-        f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
+        report.format_machine_load(result.load_before, result.load_after),
         "",
     ]
     busy = [r for r in result.results if r.median.server_cpu < 0.9]
@@ -702,7 +691,7 @@ def render_markdown(result: ServeBenchResult) -> str:
             refused = "probed" if r.case.kind.denied else "n/a"
         out.append(
             f"| {r.case.store} | {r.case.kind.label} | {report.format_rate(load.rate)} | {decisions} | "
-            f"{_ms(load.p50_us)} | {_ms(load.p99_us)} | {refused} | {failed} | {r.median.server_cpu:.0%} | "
+            f"{report.ms(load.p50_us)} | {report.ms(load.p99_us)} | {refused} | {failed} | {r.median.server_cpu:.0%} | "
             f"{r.median.server_wait:.0%} | "
             f"{'n/a' if r.per_cpu_second is None else report.format_rate(r.per_cpu_second)} | "
             f"{r.median.load_cpu:.0%} | {', '.join(report.format_rate(x.load.rate) for x in r.rounds)} |"
@@ -725,9 +714,9 @@ def render_markdown(result: ServeBenchResult) -> str:
         what = PACED[p.what].format(connections=s.connections)
         out.append(
             f"| {p.store} | {what} | {report.format_rate(p.peak)} | {report.format_rate(p.load.rate_asked)} | "
-            f"{report.format_rate(p.load.rate)} | {_ms(p.load.p50_us)} | {_ms(p.load.p99_us)} | "
-            f"{_ms(p.load.max_us)} | {p.load.errors + p.load.failed} | {p.server_cpu:.0%} | {p.server_wait:.0%} | "
-            f"{p.load_cpu:.0%} |"
+            f"{report.format_rate(p.load.rate)} | {report.ms(p.load.p50_us)} | {report.ms(p.load.p99_us)} | "
+            f"{report.ms(p.load.max_us)} | {p.load.errors + p.load.failed} | {p.server_cpu:.0%} | "
+            f"{p.server_wait:.0%} | {p.load_cpu:.0%} |"
         )
     out += [
         "",
@@ -741,8 +730,10 @@ def render_markdown(result: ServeBenchResult) -> str:
         "| --- | ---: | ---: | --- | ---: | --- |",
     ]
     for t in result.targets():
-        per_cpu = "- | -" if t.unit != "x" else f"{_figure(t, t.per_cpu)} | {_verdict(t.met(t.per_cpu))}"
-        out.append(f"| {t.what} | {t.bound} | {_figure(t, t.measured)} | {_verdict(t.met(t.measured))} | {per_cpu} |")
+        per_cpu = "- | -" if t.unit != "x" else f"{_figure(t, t.per_cpu)} | {report.verdict(t.met(t.per_cpu))}"
+        out.append(
+            f"| {t.what} | {t.bound} | {_figure(t, t.measured)} | {report.verdict(t.met(t.measured))} | {per_cpu} |"
+        )
     out.append("")
     if result.skipped:
         out += ["Not measured:", ""]

@@ -215,8 +215,7 @@ class CaseResult:
 
     @property
     def median(self) -> Round:
-        ordered = sorted(self.rounds, key=lambda r: r.wrk.rate)
-        return ordered[(len(ordered) - 1) // 2]
+        return report.median_by(self.rounds, lambda r: r.wrk.rate)
 
     @property
     def rate(self) -> float:
@@ -225,8 +224,7 @@ class CaseResult:
     @property
     def cpu_rate(self) -> float:
         """The median over the rounds of ``Round.cpu_rate``."""
-        ordered = sorted(r.cpu_rate for r in self.rounds)
-        return ordered[(len(ordered) - 1) // 2]
+        return report.median_by([r.cpu_rate for r in self.rounds], float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,14 +528,6 @@ def _ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
 
 
-def _verdict(met: bool | None) -> str:
-    return "not measured" if met is None else ("met" if met else "**not met**")
-
-
-def _ms(us: float) -> str:
-    return f"{us / 1000:.2f}"
-
-
 def render_markdown(result: WebBenchResult) -> str:
     """The report: settings and machine, one table per stack, the targets, what was skipped."""
     s = result.settings
@@ -547,7 +537,6 @@ def render_markdown(result: WebBenchResult) -> str:
         if result.pinned
         else "no pinning (the kernel places server and wrk)"
     )
-    lb, la = result.load_before, result.load_after
     out = [
         "## Web middleware: ratekeeper, the bare app and the peers under wrk",
         "",
@@ -565,8 +554,7 @@ def render_markdown(result: WebBenchResult) -> str:
         "steadier than requests/s when other processes take CPU time, but for the Redis cases, where the "
         "server also waits, a cost rather than a reachable rate.",
         "",
-        f"Machine load (1/5/15-minute load average): {lb[0]:.2f} / {lb[1]:.2f} / {lb[2]:.2f} before, "
-        f"{la[0]:.2f} / {la[1]:.2f} / {la[2]:.2f} after.",
+        report.format_machine_load(result.load_before, result.load_after),
         "",
     ]
     busy = [r for r in result.results if r.median.server_cpu < 0.9]
@@ -598,8 +586,8 @@ def render_markdown(result: WebBenchResult) -> str:
             others = "n/a" if r.median.others_cpu is None else f"{r.median.others_cpu:.0%}"
             out.append(
                 f"| {r.case.label} | {report.format_rate(w.rate)} | {_ratio(ratio)} | "
-                f"{report.format_rate(r.cpu_rate)} | {_ratio(cpu_ratio)} | {_ms(w.p50_us)} | {_ms(w.p99_us)} | "
-                f"{report.format_fraction(w.non_2xx_fraction)}{errors} | "
+                f"{report.format_rate(r.cpu_rate)} | {_ratio(cpu_ratio)} | {report.ms(w.p50_us)} | "
+                f"{report.ms(w.p99_us)} | {report.format_fraction(w.non_2xx_fraction)}{errors} | "
                 f"{r.median.server_cpu:.0%} | {r.median.wrk_cpu:.0%} | {others} | {rates} |"
             )
         out += [f"| {f.case.label} | failed | | | | | | | | | | {f.error} |" for f in failed]
@@ -612,8 +600,8 @@ def render_markdown(result: WebBenchResult) -> str:
     ]
     for t in result.targets():
         out.append(
-            f"| {t.what} | ≥ {t.threshold:.2f} | {_ratio(t.ratio)} | {_verdict(t.met(t.ratio))} | "
-            f"{_ratio(t.cpu_ratio)} | {_verdict(t.met(t.cpu_ratio))} |"
+            f"| {t.what} | ≥ {t.threshold:.2f} | {_ratio(t.ratio)} | {report.verdict(t.met(t.ratio))} | "
+            f"{_ratio(t.cpu_ratio)} | {report.verdict(t.met(t.cpu_ratio))} |"
         )
     out.append("")
     out += ["What each row runs:", ""]
