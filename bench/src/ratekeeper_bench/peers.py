@@ -40,6 +40,7 @@ from ratekeeper.algorithms import ALGORITHMS
 __all__ = [
     "LIBRARIES",
     "LIBRARY_ALIASES",
+    "LIMITS_STRATEGIES",
     "RATEKEEPER_ALGORITHMS",
     "LimitSpec",
     "Loop",
@@ -63,6 +64,14 @@ that the caller must release, which no peer offers, so it is not measured)."""
 _BUCKETS = ("gcra", "token_bucket")
 """GCRA and the token bucket admit exactly the same requests: each peer's bucket-style
 algorithm is compared with the faster of ratekeeper's two."""
+
+LIMITS_STRATEGIES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("fixed_window", "FixedWindowRateLimiter", ("fixed_window",)),
+    ("moving_window", "MovingWindowRateLimiter", ("sliding_window_log",)),
+    ("sliding_window_counter", "SlidingWindowCounterRateLimiter", ("sliding_window_counter",)),
+)
+"""limits' strategies: the name a table shows, the limiter class and the ratekeeper
+algorithms it is compared with."""
 
 _MODULES = {
     "ratekeeper": "ratekeeper",
@@ -152,11 +161,7 @@ def subjects(library: str) -> list[Subject]:
                 partial(_build_limits, strategy),
                 f"{strategy}(MemoryStorage()).hit(item, key)",
             )
-            for name, strategy, comparable in (
-                ("fixed_window", "FixedWindowRateLimiter", ("fixed_window",)),
-                ("moving_window", "MovingWindowRateLimiter", ("sliding_window_log",)),
-                ("sliding_window_counter", "SlidingWindowCounterRateLimiter", ("sliding_window_counter",)),
-            )
+            for name, strategy, comparable in LIMITS_STRATEGIES
         ]
     if library == "pyrate-limiter":
         return [

@@ -852,10 +852,7 @@ def render_markdown(result: RedisBenchResult) -> str:
         out += render_costs(result)
     if result.split:
         out += render_split(result.split, result.split_floors, result.tasks, result.cost_server)
-    out += ["What each row calls:", ""]
-    out += [f"- {library} `{algorithm}`: {how}" for (library, algorithm), how in result.calls.items()]
-    for library, reason in result.skipped.items():
-        out.append(f"- {library}: not measured ({reason})")
+    out += report.render_calls(result.calls, result.skipped, code=False)
     if result.failures:
         out += ["", "Steps that failed:", ""]
         out += [f"- {label}: {error}" for label, error in result.failures]

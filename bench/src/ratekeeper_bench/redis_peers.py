@@ -34,7 +34,7 @@ from functools import partial
 from typing import Any
 
 from ratekeeper_bench.latency import AsyncRunner, SyncRunner, Target, async_runner
-from ratekeeper_bench.peers import LimitSpec
+from ratekeeper_bench.peers import LIMITS_STRATEGIES, LimitSpec
 
 __all__ = [
     "LIBRARIES",
@@ -310,17 +310,22 @@ async def _pyrate_async(algorithm: str, target: Target, spec: LimitSpec) -> Asyn
 # -- throttled-py -----------------------------------------------------------------------------
 
 
+def _throttled_options(using: str, target: Target, spec: LimitSpec, per_duration: Any) -> dict[str, Any]:
+    """``Throttled``'s arguments but the store, alike for its sync and asyncio classes
+    (``per_duration`` is the quota factory of the one in use)."""
+    return {
+        "using": using,
+        "quota": per_duration(timedelta(seconds=spec.period), spec.count),
+        "timeout": -1,
+        "key_prefix": target.prefix + "throttled",
+    }
+
+
 def _throttled_sync(using: str, target: Target, spec: LimitSpec) -> SyncRunner:
     from throttled import RedisStore, Throttled, per_duration
 
     store = RedisStore(server=target.url)
-    throttle = Throttled(
-        using=using,
-        quota=per_duration(timedelta(seconds=spec.period), spec.count),
-        store=store,
-        timeout=-1,
-        key_prefix=target.prefix + "throttled",
-    )
+    throttle = Throttled(store=store, **_throttled_options(using, target, spec, per_duration))
     limit = throttle.limit
 
     def decide(key: str) -> bool:
@@ -338,13 +343,7 @@ async def _throttled_async(using: str, target: Target, spec: LimitSpec) -> Async
     from throttled.asyncio import RedisStore, Throttled, per_duration
 
     store = RedisStore(server=target.url)
-    throttle = Throttled(
-        using=using,
-        quota=per_duration(timedelta(seconds=spec.period), spec.count),
-        store=store,
-        timeout=-1,
-        key_prefix=target.prefix + "throttled",
-    )
+    throttle = Throttled(store=store, **_throttled_options(using, target, spec, per_duration))
     limit = throttle.limit
 
     async def decide(key: str) -> bool:
@@ -377,11 +376,7 @@ def subjects(library: str) -> list[RedisSubject]:
                 partial(_limits_async, strategy),
                 f"`{strategy}(RedisStorage(url)).hit(item, key)`; `limits.aio` alike (redispy)",
             )
-            for name, strategy, comparable in (
-                ("fixed_window", "FixedWindowRateLimiter", ("fixed_window",)),
-                ("moving_window", "MovingWindowRateLimiter", ("sliding_window_log",)),
-                ("sliding_window_counter", "SlidingWindowCounterRateLimiter", ("sliding_window_counter",)),
-            )
+            for name, strategy, comparable in LIMITS_STRATEGIES
         ]
     if library == "pyrate-limiter":
         import pyrate_limiter  # noqa: F401

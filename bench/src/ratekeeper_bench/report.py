@@ -22,6 +22,7 @@ __all__ = [
     "format_rate",
     "median_by",
     "ms",
+    "render_calls",
     "render_markdown",
     "verdict",
 ]
@@ -133,6 +134,15 @@ def format_machine_load(before: tuple[float, float, float], after: tuple[float, 
     )
 
 
+def render_calls(calls: dict[tuple[str, str], str], skipped: dict[str, str], *, code: bool) -> list[str]:
+    """The lines of "What each row calls": each (library, algorithm)'s call, shown as code
+    when ``code`` (else it is Markdown already), then the libraries not measured and why."""
+    out = ["What each row calls:", ""]
+    out += [f"- {library} `{algorithm}`: {f'`{how}`' if code else how}" for (library, algorithm), how in calls.items()]
+    out += [f"- {library}: not measured ({reason})" for library, reason in skipped.items()]
+    return out
+
+
 def median_by(items: Sequence[T], key: Callable[[T], float]) -> T:
     """The item with the median ``key`` (the lower middle one of an even count)."""
     ordered = sorted(items, key=key)
@@ -213,10 +223,7 @@ def render_markdown(result: BenchResult) -> str:
             if failure.scenario == "memory":
                 out.append(f"| {failure.library} | {failure.algorithm} | failed | {failure.error} |")
         out.append("")
-    out += ["What each row calls:", ""]
-    out += [f"- {library} `{algorithm}`: `{how}`" for (library, algorithm), how in result.calls.items()]
-    for library, reason in result.skipped.items():
-        out.append(f"- {library}: not measured ({reason})")
+    out += render_calls(result.calls, result.skipped, code=True)
     if result.thread_errors:
         out += ["", "Exceptions raised in the libraries' own background threads (each run went on):", ""]
         counts: dict[str, int] = {}
