@@ -179,3 +179,19 @@ def test_a_key_template_names_the_client_and_the_path() -> None:
 def test_an_unusable_configuration_is_refused(options: dict[str, object]) -> None:
     with pytest.raises(ConfigurationError):
         WebSocketLimits(echo, **options)  # type: ignore[arg-type]
+
+
+def test_a_key_from_a_long_path_is_bounded_and_still_limits(store_url: str, rule_name: str) -> None:
+    """``{path}`` is the client's: a path far longer than a store's keys is bounded (a prefix
+    and a digest of the whole), so the message is decided and counted, never an error."""
+    app = WebSocketLimits(echo, per_key=Rule(rule_name, "1/minute"), key="{path}", store=store_url)
+    with serve(app) as base:
+        url = base.replace("http://", "ws://") + "/" + "p" * 4000
+        with connect(url, open_timeout=TIMEOUT, close_timeout=TIMEOUT) as ws:
+            ws.send("a")
+            assert ws.recv(timeout=TIMEOUT) == "a"
+            ws.send("b")
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=TIMEOUT)
+    assert closed.value.rcvd is not None
+    assert closed.value.rcvd.code == POLICY_VIOLATION

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any, Literal
 
 from ratekeeper.errors import ConfigurationError
+from ratekeeper.keys import bounded_key
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 
@@ -87,7 +88,9 @@ class WebSocketLimits:
         if self.per_connection is not None:
             items.append((self.per_connection, connection))
         if self.per_key is not None:
-            items.append((self.per_key, self.key(scope)))
+            # a template's {path} or a callable's value comes from the client: bounded as the
+            # HTTP middleware bounds its keys (a readable prefix and a digest of the whole)
+            items.append((self.per_key, bounded_key(self.key(scope))))
         closed = False
 
         async def limited_receive() -> Message:
