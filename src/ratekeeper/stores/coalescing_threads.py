@@ -62,6 +62,12 @@ class ThreadCoalescer(Driver[OpT, _Waiter], Generic[OpT, R]):
         super().__init__(core, run, store_down, timeout, name, applied_nothing)
         self._lock = threading.Lock()
 
+    def bind(self) -> None:
+        """Any thread may call (the asyncio driver binds to its loop here)."""
+
+    def drain(self) -> None:
+        """The threads in flight answer their own callers: nothing is left to answer."""
+
     def submit(self, op: OpT, now: int | None) -> R:
         """``op``'s result, by a call of its own or with others'."""
         core = self.core

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ratekeeper.stores import wire
     from ratekeeper.stores.postgres.options import PostgresOptions
 
-__all__ = ["POOL_NAME", "Deadlines", "Lock", "bind", "coalescer", "drain", "exec_prepared", "started"]
+__all__ = ["POOL_NAME", "Deadlines", "Lock", "coalescer", "exec_prepared", "started"]
 
 POOL_NAME = "ratekeeper-async"
 Lock = asyncio.Lock
@@ -82,16 +82,6 @@ def coalescer(
         "pool and connections belong to one loop: open one store per event loop (e.g. inside asyncio.run)",
         applied_nothing,
     )
-
-
-def bind(calls: AsyncCoalescer[wire.Op, Decision | bool]) -> None:
-    """A call that is not coalesced still belongs to the loop the store was first used on."""
-    calls.bind()
-
-
-async def drain(calls: AsyncCoalescer[wire.Op, Decision | bool]) -> None:
-    """Answer every op queued or in flight (before the pool closes)."""
-    await calls.drain()
 
 
 def started(store: Any) -> None:

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ratekeeper.stores import wire
     from ratekeeper.stores.postgres.options import PostgresOptions
 
-__all__ = ["POOL_NAME", "Deadlines", "Lock", "bind", "coalescer", "drain", "exec_prepared", "started"]
+__all__ = ["POOL_NAME", "Deadlines", "Lock", "coalescer", "exec_prepared", "started"]
 
 POOL_NAME = "ratekeeper"
 Lock = threading.Lock
@@ -93,14 +93,6 @@ def coalescer(
 ) -> ThreadCoalescer[wire.Op, Decision | bool]:
     """How concurrent threads wait their turn in ``queue``: the first queued sends for all."""
     return ThreadCoalescer(queue(options), run, store_down, options.timeout, "PostgreSQL", applied_nothing)
-
-
-def bind(calls: ThreadCoalescer[wire.Op, Decision | bool]) -> None:
-    """Any thread may call."""
-
-
-def drain(calls: ThreadCoalescer[wire.Op, Decision | bool]) -> None:
-    """The threads in flight answer their own callers."""
 
 
 def started(store: Any) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.postgres.driver_threads import bind, coalescer, drain, started
+from ratekeeper.stores.postgres.driver_threads import coalescer, started
 from ratekeeper.stores.postgres.planner import PostgresPlanner
 from ratekeeper.stores.postgres.shell import PostgresShell
 
@@ -48,7 +48,7 @@ class PostgresStore:
     def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         if self.planner.options.batching:
             return self._coalescer.submit(op, now)
-        bind(self._coalescer)
+        self._coalescer.bind()
         return (self._run([op], now))[0]
 
     # -- the Store role ------------------------------------------------------------------
@@ -97,7 +97,7 @@ class PostgresStore:
     def close(self) -> None:
         """Answer every op queued or in flight, then close the pool."""
         self.shell.closing = True
-        drain(self._coalescer)
+        self._coalescer.drain()
         self.shell.close()
 
     def __enter__(self) -> PostgresStore:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.postgres.driver_asyncio import bind, coalescer, drain, started
+from ratekeeper.stores.postgres.driver_asyncio import coalescer, started
 from ratekeeper.stores.postgres.planner import PostgresPlanner
 from ratekeeper.stores.postgres.shell_async import AsyncPostgresShell
 
@@ -61,7 +61,7 @@ class AsyncPostgresStore:
     async def _submit(self, op: wire.Op, now: int | None) -> Decision | bool:
         if self.planner.options.batching:
             return await self._coalescer.submit(op, now)
-        bind(self._coalescer)
+        self._coalescer.bind()
         return (await self._run([op], now))[0]
 
     # -- the Store role ------------------------------------------------------------------
@@ -112,7 +112,7 @@ class AsyncPostgresStore:
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the pool."""
         self.shell.closing = True
-        await drain(self._coalescer)
+        await self._coalescer.drain()
         await self.shell.close()
 
     async def __aenter__(self) -> AsyncPostgresStore:

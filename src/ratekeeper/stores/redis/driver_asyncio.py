@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     Submit: TypeAlias = Callable[[wire.Op, int | None], Awaitable[Decision | bool]]
     """One op's decision (for a refund: whether it gave anything back)."""
 
-__all__ = ["bind", "coalescer", "drain", "started"]
+__all__ = ["coalescer", "started"]
 
 
 def coalescer(
@@ -44,16 +44,6 @@ def coalescer(
         "connections belong to one loop: open one store per event loop (e.g. inside asyncio.run)",
         applied_nothing,
     )
-
-
-def bind(calls: AsyncCoalescer[wire.Op, Decision | bool]) -> None:
-    """A call that is not coalesced still belongs to the loop the store was first used on."""
-    calls.bind()
-
-
-async def drain(calls: AsyncCoalescer[wire.Op, Decision | bool]) -> None:
-    """Answer every op queued or in flight (before the client closes)."""
-    await calls.drain()
 
 
 def started(store: Any) -> None:

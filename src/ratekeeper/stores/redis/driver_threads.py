@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     Submit: TypeAlias = Callable[[wire.Op, int | None], Decision | bool]
     """One op's decision (for a refund: whether it gave anything back)."""
 
-__all__ = ["bind", "coalescer", "drain", "started"]
+__all__ = ["coalescer", "started"]
 
 
 def coalescer(
@@ -42,14 +42,6 @@ def coalescer(
         "Redis",
         applied_nothing,
     )
-
-
-def bind(calls: ThreadCoalescer[wire.Op, Decision | bool]) -> None:
-    """Any thread may call."""
-
-
-def drain(calls: ThreadCoalescer[wire.Op, Decision | bool]) -> None:
-    """The threads in flight answer their own callers."""
 
 
 def started(store: Any) -> None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.redis.driver_threads import bind, coalescer, drain, started
+from ratekeeper.stores.redis.driver_threads import coalescer, started
 from ratekeeper.stores.redis.planner import RedisPlanner
 from ratekeeper.stores.redis.shell import RedisShell
 
@@ -68,7 +68,7 @@ class RedisStore:
         return planner.read(calls, self.shell.send(calls))
 
     def _alone(self, op: wire.Op, now: int | None) -> Decision | bool:
-        bind(self._coalescer)
+        self._coalescer.bind()
         return (self._run([op], now))[0]  # type: ignore[no-any-return]
 
     # -- the Store role -----------------------------------------------------------
@@ -112,5 +112,5 @@ class RedisStore:
     def close(self) -> None:
         """Answer every op queued or in flight, then close the client (and, behind
         Sentinel, the connections to the sentinels)."""
-        drain(self._coalescer)
+        self._coalescer.drain()
         self.shell.close()

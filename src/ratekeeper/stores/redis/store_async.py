@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.redis.driver_asyncio import bind, coalescer, drain, started
+from ratekeeper.stores.redis.driver_asyncio import coalescer, started
 from ratekeeper.stores.redis.planner import RedisPlanner
 from ratekeeper.stores.redis.shell_async import AsyncRedisShell
 
@@ -78,7 +78,7 @@ class AsyncRedisStore:
         return planner.read(calls, await self.shell.send(calls))
 
     async def _alone(self, op: wire.Op, now: int | None) -> Decision | bool:
-        bind(self._coalescer)
+        self._coalescer.bind()
         return (await self._run([op], now))[0]  # type: ignore[no-any-return]
 
     # -- the AsyncStore role -----------------------------------------------------------
@@ -122,5 +122,5 @@ class AsyncRedisStore:
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the client (and, behind
         Sentinel, the connections to the sentinels)."""
-        await drain(self._coalescer)
+        await self._coalescer.drain()
         await self.shell.aclose()

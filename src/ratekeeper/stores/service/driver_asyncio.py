@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ratekeeper.op import Op
     from ratekeeper.stores.service.options import ServiceOptions
 
-__all__ = ["coalescer", "drain"]
+__all__ = ["coalescer"]
 
 
 def coalescer(
@@ -36,8 +36,3 @@ def coalescer(
         "the ratekeeper service",
         "this AsyncServiceStore was first used on another event loop; open one store per event loop",
     )
-
-
-async def drain(calls: AsyncCoalescer[Op, Decision | StoreError | bool | None]) -> None:
-    """Answer every op queued or in flight (before the connections close)."""
-    await calls.drain()

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ratekeeper.op import Op
     from ratekeeper.stores.service.options import ServiceOptions
 
-__all__ = ["coalescer", "drain"]
+__all__ = ["coalescer"]
 
 
 def coalescer(
@@ -30,7 +30,3 @@ def coalescer(
     return ThreadCoalescer(
         Coalescer(options.max_in_flight, options.max_batch), run, store_down, options.timeout, "the ratekeeper service"
     )
-
-
-def drain(calls: ThreadCoalescer[Op, Decision | StoreError | bool | None]) -> None:
-    """The threads in flight answer their own callers."""

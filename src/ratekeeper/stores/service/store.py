@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.service.driver_threads import coalescer, drain
+from ratekeeper.stores.service.driver_threads import coalescer
 from ratekeeper.stores.service.options import ServiceOptions
 from ratekeeper.stores.service.planner import ServicePlanner
 from ratekeeper.stores.service.protocol import reset_op
@@ -81,5 +81,5 @@ class ServiceStore:
 
     def close(self) -> None:
         """Answer every op queued or in flight, then close the connections."""
-        drain(self._coalescer)
+        self._coalescer.drain()
         self.shell.close()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import StoreError
 from ratekeeper.stores.bounds import check_op
-from ratekeeper.stores.service.driver_asyncio import coalescer, drain
+from ratekeeper.stores.service.driver_asyncio import coalescer
 from ratekeeper.stores.service.options import ServiceOptions
 from ratekeeper.stores.service.planner import ServicePlanner
 from ratekeeper.stores.service.protocol import reset_op
@@ -89,5 +89,5 @@ class AsyncServiceStore:
 
     async def aclose(self) -> None:
         """Answer every op queued or in flight, then close the connections."""
-        await drain(self._coalescer)
+        await self._coalescer.drain()
         await self.shell.aclose()
