@@ -22,6 +22,7 @@ __all__ = ["openapi_document"]
 
 _REF = REF
 
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": _REF + name}
 
