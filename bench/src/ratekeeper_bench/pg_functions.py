@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -27,6 +28,8 @@ __all__ = ["FunctionCell", "FunctionTime", "measure_functions", "render_function
 MIN_SHARE = 0.01
 """Functions called for fewer decisions than this share are left out: the store's one-off
 calls when it installs and checks its functions, not the decision's path."""
+STATS_WAIT = 5.0
+"""The longest the run waits for the store's exited backends to report their counts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,14 +61,21 @@ def _with_options(url: str, schema: str) -> str:
 def _function_times(url: str, schema: str, decisions: int) -> tuple[FunctionTime, ...]:
     import psycopg
 
-    with psycopg.connect(url.split("?", maxsplit=1)[0], autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        rows = conn.execute(
-            "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions "
-            "WHERE schemaname = %s AND calls > 0 ORDER BY self_time DESC",
-            (schema,),
-        ).fetchall()
     n = max(decisions, 1)
+    # The store's backends report their counts as they exit, which the server finishes after
+    # the client has closed: read until the counts of this run's decisions are there.
+    deadline = time.monotonic() + STATS_WAIT
+    with psycopg.connect(url.split("?", maxsplit=1)[0], autocommit=True) as conn:
+        while True:
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            rows = conn.execute(
+                "SELECT funcname, calls, total_time, self_time FROM pg_stat_user_functions "
+                "WHERE schemaname = %s AND calls > 0 ORDER BY self_time DESC",
+                (schema,),
+            ).fetchall()
+            if any(calls >= n * MIN_SHARE for _, calls, _, _ in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
     return tuple(
         FunctionTime(name, calls / n, self_ms * 1000 / n, total_ms * 1000 / n)
         for name, calls, total_ms, self_ms in rows
