@@ -18,6 +18,14 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
   ``shadow_rules`` (a shadow rule never refuses a request), ``over`` for any other
   refusal, ``near`` for an admission that left some limit at least ``near`` (80 %) used,
   and ``within`` for the other admissions.
+- ``ratekeeper_charged_cost_total{rule}``: the cost charged without a check
+  (``Limiter.charge``: a cost known after the fact, e.g. a response's size), and
+  ``ratekeeper_debt_charges_total{rule}``: those charges that left the key in debt (the
+  decision's ``remaining`` below zero). A charge is not counted among the decisions: it
+  refuses nothing. One the failure policy refused under ``"deny"`` was not applied and is
+  not counted.
+- ``ratekeeper_refunded_cost_total{rule}``: the cost the store gave back (``refund``, a
+  reservation ``acquire`` returned); not lease releases.
 - ``ratekeeper_store_latency_seconds``: a histogram of every store call.
 - ``ratekeeper_store_errors_total{cause}``: failed store calls by the ``StoreError``
   class name (``StoreError``, ``StoreTimeout``, ...).
@@ -56,6 +64,8 @@ are written in code), the first ``max_rules`` distinct names are labels and late
 
 ``otel`` (a ``ratekeeper.otel.OpenTelemetry``) receives every report too, with the labels
 computed here: the same instruments through the OpenTelemetry API, and a span per decision.
+Only when it records keys (``record_key=True``) does this object ask the limiter for them
+(``wants_keys``), to hand them on to its spans; no metric is ever labelled by key.
 
 prometheus-client is imported when a ``Metrics`` is built, not when this module is:
 ``pip install 'ratekeeper[metrics]'`` when it is missing. All methods are thread-safe and
@@ -199,7 +209,19 @@ class Metrics:
         self.rule_limit_period = prom.Gauge(
             "rule_limit_period_seconds", "The period of each limit of a configured rule", ["rule", "limit"], **common
         )
+        self.charged_cost = prom.Counter(
+            "charged_cost", "Cost charged without a check (a cost known after the fact), per rule", ["rule"], **common
+        )
+        self.debt_charges = prom.Counter(
+            "debt_charges", "Charges without a check that left the key in debt, per rule", ["rule"], **common
+        )
+        self.refunded_cost = prom.Counter(
+            "refunded_cost", "Cost the store gave back (refunds, returned reservations), per rule", ["rule"], **common
+        )
         self.otel = otel
+        # Keys are asked of the limiter only for spans that record them (read when the
+        # limiter is built: ratekeeper.limiter.observer).
+        self.wants_keys: bool = otel is not None and otel.records_keys
         for state in BREAKER_STATES:
             self.breaker_state.labels(state).set(1 if state == "closed" else 0)
         for result in ("ok", "failed"):
@@ -208,6 +230,8 @@ class Metrics:
         # lock and a tuple per call. Only labelled rules are kept here (bounded by the
         # configuration or ``max_rules``); an unlabelled one resolves through ``_label``.
         self._children: dict[tuple[str, str], Any] = {}
+        self._charge_children: dict[str, tuple[str, Any, Any]] = {}  # rule -> (label, charged, debt)
+        self._refund_children: dict[str, tuple[str, Any]] = {}  # rule -> (label, refunded)
         self._max_rules = max_rules
         self._configured: frozenset[str] | None = None
         self._configured_by: dict[str, frozenset[str]] = {}
@@ -220,8 +244,9 @@ class Metrics:
 
     # -- the Observer protocol ---------------------------------------------------------
 
-    def decided(self, decision: Decision) -> None:
-        """Count one decision under its rule and outcome."""
+    def decided(self, decision: Decision, key: str | None = None) -> None:
+        """Count one decision under its rule and outcome (``key`` goes to the spans of an
+        ``otel`` that records keys, and nowhere else)."""
         rule = decision.rule
         outcome = outcome_of(decision, rule in self._shadow, self.near)
         children = self._children
@@ -234,7 +259,39 @@ class Metrics:
                 children[(rule, outcome)] = child
         child.inc()
         if self.otel is not None:
-            self.otel.decided(decision, label, outcome)
+            self.otel.decided(decision, label, outcome, key)
+
+    def charged(self, decision: Decision, cost: int, key: str | None = None) -> None:
+        """Count one charge without a check: its cost, and whether it left the key in debt."""
+        rule = decision.rule
+        found = self._charge_children.get(rule)
+        if found is None:
+            label = self._label(rule)
+            found = (label, self.charged_cost.labels(label), self.debt_charges.labels(label))
+            if label == rule:  # only configured (bounded) names are kept
+                self._charge_children[rule] = found
+        label, charged, debt = found
+        applied = bool(decision.allowed)  # refused: the "deny" failure policy dropped it
+        in_debt = applied and decision.remaining < 0
+        if applied:
+            charged.inc(cost)
+            if in_debt:
+                debt.inc()
+        if self.otel is not None:
+            self.otel.charged(decision, label, cost, in_debt, key)
+
+    def refunded(self, rule: str, cost: int) -> None:
+        """Count ``cost`` the store gave back to a key of ``rule``."""
+        found = self._refund_children.get(rule)
+        if found is None:
+            label = self._label(rule)
+            found = (label, self.refunded_cost.labels(label))
+            if label == rule:
+                self._refund_children[rule] = found
+        label, refunded = found
+        refunded.inc(cost)
+        if self.otel is not None:
+            self.otel.refunded(label, cost)
 
     def store_call(self, seconds: float, error: StoreError | None) -> None:
         """Observe one store call's duration; count its error by class name."""
@@ -279,6 +336,8 @@ class Metrics:
             self._seen.clear()
             # A rule no longer configured must stop resolving to its own series.
             self._children = {}
+            self._charge_children = {}
+            self._refund_children = {}
             self._limits_by[source] = limits
             merged = {name: ls for by_source in self._limits_by.values() for name, ls in by_source.items()}
             self._set_limits(merged)

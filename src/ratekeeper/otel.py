@@ -14,6 +14,9 @@ The instruments are the Prometheus metrics of ``ratekeeper.metrics``, named so t
 OpenTelemetry Prometheus exporter gives the same names back (``namespace`` is the prefix):
 
 - ``ratekeeper.decisions`` (counter; ``rule``, ``outcome``)
+- ``ratekeeper.charged_cost``, ``ratekeeper.debt_charges`` and ``ratekeeper.refunded_cost``
+  (counters; ``rule``): the cost charged without a check, the charges that left a key in
+  debt, the cost given back
 - ``ratekeeper.store_latency`` (histogram, seconds), ``ratekeeper.store_errors`` (counter;
   ``cause``)
 - ``ratekeeper.breaker_state`` (gauge; ``state``: 1 for the current state, else 0)
@@ -31,8 +34,16 @@ current where the decision was made, e.g. the request's), with the attributes
 store call answered, ``ratekeeper.store.latency`` (seconds; the span starts when that call
 did) and ``ratekeeper.store.error`` (the ``StoreError`` class when it failed). A store call
 that answers several rules at once (every rule of one request) gives its latency to the
-first decision's span only. The key is never an attribute: the limiter tells its observer
-the rule of a decision, not its key, so no key can reach a trace backend from here.
+first decision's span only. Each charge without a check (``Limiter.charge``) is a span
+``ratekeeper.charge`` alike, with ``ratekeeper.cost`` and ``ratekeeper.debt`` (whether it
+left the key in debt) in place of the outcome.
+
+The key is not an attribute unless asked: with ``record_key=True`` (and spans), the
+spans carry ``ratekeeper.key``, the key cut to its first ``MAX_KEY_LENGTH`` (128)
+characters (``ratekeeper.key_truncated`` is then true), so a client's long key costs a
+trace backend a bounded attribute. Keys identify clients (user ids, IP addresses, API
+keys): record them only where the traces may hold that. Without it the limiter does not
+even pass keys to its observer. Metrics never carry a key.
 
 Only ``opentelemetry-api`` is imported (``pip install 'ratekeeper[otel]'``); what exports
 is the application's SDK, or ``from_environment`` for ``ratekeeper serve --otel``.
@@ -55,10 +66,16 @@ if TYPE_CHECKING:
     from ratekeeper.errors import StoreError
     from ratekeeper.limit import Limit
 
-__all__ = ["SPAN_NAME", "OpenTelemetry", "from_environment"]
+__all__ = ["CHARGE_SPAN_NAME", "MAX_KEY_LENGTH", "SPAN_NAME", "OpenTelemetry", "from_environment"]
 
 SPAN_NAME = "ratekeeper.decision"
 """The name of the span of each decision."""
+
+CHARGE_SPAN_NAME = "ratekeeper.charge"
+"""The name of the span of each charge without a check."""
+
+MAX_KEY_LENGTH = 128
+"""The most characters of a key a span records (``record_key=True``): keys come from clients."""
 
 # The last store call of this thread or task, until a decision takes it: (duration in
 # seconds, its end in time.time_ns(), the StoreError class name or None).
@@ -81,6 +98,8 @@ class OpenTelemetry:
 
     ``meter_provider`` and ``tracer_provider`` default to the global ones (those an SDK or
     ``opentelemetry-instrument`` set up). ``spans=False`` records the metrics only.
+    ``record_key=True`` adds each decision's key, bounded, to its span (off by default:
+    keys identify clients; see the module docstring).
     """
 
     def __init__(
@@ -90,10 +109,15 @@ class OpenTelemetry:
         *,
         spans: bool = True,
         namespace: str = "ratekeeper",
+        record_key: bool = False,
     ) -> None:
+        if type(record_key) is not bool:
+            raise TypeError(f"record_key must be True or False, got {record_key!r}")
         metrics_api, trace_api = _api()
         meter = metrics_api.get_meter("ratekeeper", meter_provider=meter_provider)
         self.tracer: Any = trace_api.get_tracer("ratekeeper", tracer_provider=tracer_provider) if spans else None
+        self.records_keys = record_key and spans
+        """Whether spans carry the key (``Metrics`` then asks the limiter for keys)."""
         self._breaker = "closed"
         self._limits: dict[tuple[str, str], Limit] = {}
         self._lock = threading.Lock()
@@ -109,6 +133,15 @@ class OpenTelemetry:
 
         self.decisions = meter.create_counter(
             name("decisions"), "{decision}", "Decisions that charged or refused, per rule and outcome"
+        )
+        self.charged_cost = meter.create_counter(
+            name("charged_cost"), "{cost}", "Cost charged without a check (a cost known after the fact), per rule"
+        )
+        self.debt_charges = meter.create_counter(
+            name("debt_charges"), "{charge}", "Charges without a check that left the key in debt, per rule"
+        )
+        self.refunded_cost = meter.create_counter(
+            name("refunded_cost"), "{cost}", "Cost the store gave back (refunds, returned reservations), per rule"
         )
         self.store_latency = seconds("store_latency", "Duration of each store call")
         self.store_errors = meter.create_counter(
@@ -151,12 +184,12 @@ class OpenTelemetry:
 
     # -- what Metrics tells it ---------------------------------------------------------
 
-    def decided(self, decision: Decision, rule: str, outcome: str) -> None:
-        """Count one decision under its ``rule`` label and ``outcome``; trace it."""
+    def decided(self, decision: Decision, rule: str, outcome: str, key: str | None = None) -> None:
+        """Count one decision under its ``rule`` label and ``outcome``; trace it (with
+        ``key`` when this object records keys)."""
         self.decisions.add(1, {"rule": rule, "outcome": outcome})
         if self.tracer is None:
             return
-        end = time.time_ns()
         attributes: dict[str, Any] = {
             "ratekeeper.rule": decision.rule,
             "ratekeeper.outcome": outcome,
@@ -165,8 +198,42 @@ class OpenTelemetry:
         }
         if decision.denied_by is not None:
             attributes["ratekeeper.denied_by"] = str(decision.denied_by)
+        self._span(SPAN_NAME, decision, attributes, key)
+
+    def charged(self, decision: Decision, rule: str, cost: int, in_debt: bool, key: str | None = None) -> None:
+        """Count one charge without a check (its cost when it was applied; a debt); trace it."""
+        labels = {"rule": rule}
+        if decision.allowed:  # refused: the "deny" failure policy dropped it
+            self.charged_cost.add(cost, labels)
+            if in_debt:
+                self.debt_charges.add(1, labels)
+        if self.tracer is None:
+            return
+        attributes: dict[str, Any] = {
+            "ratekeeper.rule": decision.rule,
+            "ratekeeper.cost": cost,
+            "ratekeeper.debt": in_debt,
+            "ratekeeper.allowed": bool(decision.allowed),
+            "ratekeeper.remaining": decision.remaining,
+        }
+        self._span(CHARGE_SPAN_NAME, decision, attributes, key)
+
+    def refunded(self, rule: str, cost: int) -> None:
+        """Count ``cost`` given back under the ``rule`` label."""
+        self.refunded_cost.add(cost, {"rule": rule})
+
+    def _span(self, name: str, decision: Decision, attributes: dict[str, Any], key: str | None) -> None:
+        """One finished span for ``decision``: from the start of the store call that answered
+        it (when one did) to now."""
+        end = time.time_ns()
         if decision.fallback is not None:
             attributes["ratekeeper.fallback"] = decision.fallback
+        if key is not None and self.records_keys:
+            if len(key) > MAX_KEY_LENGTH:
+                attributes["ratekeeper.key"] = key[:MAX_KEY_LENGTH]
+                attributes["ratekeeper.key_truncated"] = True
+            else:
+                attributes["ratekeeper.key"] = key
         start = end
         call = _LAST_CALL.get()
         if call is not None:
@@ -176,7 +243,7 @@ class OpenTelemetry:
             if error is not None:
                 attributes["ratekeeper.store.error"] = error
             start = call_end - int(seconds * 1e9)
-        span = self.tracer.start_span(SPAN_NAME, attributes=attributes, start_time=start)
+        span = self.tracer.start_span(name, attributes=attributes, start_time=start)
         span.end(end_time=end)
 
     def store_call(self, seconds: float, error: StoreError | None) -> None:

@@ -30,11 +30,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.decision import Decision
 from ratekeeper.errors import CircuitOpen, StoreError, StoreTimeout
 from ratekeeper.limiter.breaker import CLOSED, HALF_OPEN, OPEN, CircuitBreaker
+from ratekeeper.limiter.observer import Reports
 from ratekeeper.op import CHARGE, DECIDE, Op
 from ratekeeper.rule import POLICIES, check_policy
 
@@ -121,6 +123,7 @@ class FailurePolicy:
     ) -> None:
         self.on_error = check_policy(on_error, "limiter")
         self.observer = observer
+        self.reports = None if observer is None else Reports(observer)
         self.breaker = breaker
         self.clock = clock
         self.store_name = store_name
@@ -161,8 +164,12 @@ class FailurePolicy:
         else:
             decision = self._denied(op.plan)
         decision = decision.with_fallback(policy)
-        if self.observer is not None and op.mode == DECIDE:
-            self.observer.decided(decision)
+        reports = self.reports
+        if reports is not None:
+            if op.mode == DECIDE:
+                reports.decided(decision, op.key)
+            elif op.mode == CHARGE:
+                reports.charge(decision, op.cost, op.key)
         return decision
 
     def decide_many(self, resolved: Resolved, exc: StoreError) -> tuple[Decision, ...]:
@@ -193,13 +200,13 @@ class FailurePolicy:
                 else:
                     decision = self._allowed(op, None)
                 answers.append(decision.with_fallback("deny"))
-            return self._observed(answers)
+            return self._observed(items, answers)
         local_ops = [op for (_, op), p in zip(items, policies, strict=True) if p == "local"]
         local = iter(self.local.decide_many(local_ops) if local_ops else ())
         for (_, op), policy in zip(items, policies, strict=True):
             decision = next(local) if policy == "local" else self._allowed(op, None)
             answers.append(decision.with_fallback(policy))
-        return self._observed(answers)
+        return self._observed(items, answers)
 
     def refund(self, rule: object, op: Op, exc: StoreError) -> None:
         """A refund (or release) that failed: raised under ``"raise"``, else dropped; under
@@ -225,10 +232,11 @@ class FailurePolicy:
         if policy == "raise":
             raise exc
 
-    def _observed(self, answers: list[Decision]) -> tuple[Decision, ...]:
-        if self.observer is not None:
-            for decision in answers:
-                self.observer.decided(decision)
+    def _observed(self, items: Sequence[tuple[object, Op]], answers: list[Decision]) -> tuple[Decision, ...]:
+        reports = self.reports
+        if reports is not None:
+            for (_, op), decision in zip(items, answers, strict=True):
+                reports.decided(decision, op.key)
         return tuple(answers)
 
     def _allowed(self, op: Op, now: int | None) -> Decision:

@@ -59,12 +59,12 @@ class AsyncLimiter:
     ``breaker`` (a ``CircuitBreaker``; default: open after 5 consecutive failures for 1 s;
     False: never open) stops calling a failing store, so each call then costs
     microseconds. ``failures`` counts what the policy did, per rule. ``observer`` (see
-    ``ratekeeper.limiter.observer``) is told every decision, store call and breaker
-    change; without one nothing is measured. ``over_limit_cache`` (True, a bound on its
-    keys, or a ``DenialCache`` with a clock of its own) answers a key's denial in this
-    process until its ``retry_after`` has passed (``ratekeeper.limiter.overlimit``: what
-    it saves, and why it never admits more); a store that decides in this process needs
-    none and is left as it is.
+    ``ratekeeper.limiter.observer``) is told every decision, store call and breaker change
+    (and charges and refunds, when it takes them); without one nothing is measured.
+    ``over_limit_cache`` (True, a bound on its keys, or a ``DenialCache`` with a clock of
+    its own) answers a key's denial in this process until its ``retry_after`` has passed
+    (``ratekeeper.limiter.overlimit``: what it saves, and why it never admits more); a store
+    that decides in this process needs none and is left as it is.
     """
 
     def __init__(

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ratekeeper.decision import Decision
+from ratekeeper.limiter.observer import Reports
 from ratekeeper.op import DECIDE
 
 if TYPE_CHECKING:
@@ -50,15 +51,25 @@ class DenialCache:
     ``hits`` counts the calls answered here; ``stored`` the denials remembered.
     """
 
-    __slots__ = ("clock", "entries", "hits", "max_keys", "observer", "stored")
+    __slots__ = ("clock", "entries", "hits", "max_keys", "reports", "stored")
 
     def __init__(self, clock: Clock, max_keys: int = DEFAULT_MAX_KEYS, observer: Observer | None = None) -> None:
         self.clock = clock
         self.max_keys = max_keys
+        self.reports: Reports | None = None
         self.observer = observer
         self.entries: dict[tuple[Plan, str], tuple[int, int, int, Decision]] = {}
         self.hits = 0
         self.stored = 0
+
+    @property
+    def observer(self) -> Observer | None:
+        """Told each hit (the limiter sets it after building the cache)."""
+        return None if self.reports is None else self.reports.observer
+
+    @observer.setter
+    def observer(self, observer: Observer | None) -> None:
+        self.reports = None if observer is None else Reports(observer)
 
     def lookup(self, op: Op) -> tuple[Decision | None, int]:
         """A denial for ``op`` if one is still in force, and the time (µs) to count from."""
@@ -76,8 +87,8 @@ class DenialCache:
             return None, sent
         self.hits += 1
         decision = _aged(denial, sent - stored_at)
-        if self.observer is not None:
-            self.observer.decided(decision)
+        if self.reports is not None:
+            self.reports.decided(decision, op[2])
         return decision, sent
 
     def remember(self, op: Op, decision: Decision, sent: int) -> None:
