@@ -40,18 +40,31 @@ What the headers say is true, or they say nothing:
 
 ``Retry-After`` (a refusal only) is the time until every refusing rule admits the
 request again, in whole seconds rounded up and never 0.
+
+The five rate-limit fields can be sent under other names, or left out one by one
+(``header_names``, resolved once by ``header_names()`` into ``HeaderOptions.names``: a
+request only unpacks a tuple): ``{"X-RateLimit-Limit": "X-Rate-Limit-Limit", ...}``, as
+flask-limiter's and slowapi's users rename them. ``Retry-After`` keeps its name: it is
+HTTP's own field (RFC 9110 §10.2.3), which clients, proxies and HTTP libraries act on.
+A mapping that cannot be sent as asked is refused at start (``ConfigurationError``): a
+name that is not a field ratekeeper sends, a new name that is not an HTTP field name
+(RFC 9110 §5.1, a token), one that HTTP already gives a meaning (``Content-Type``), or two
+fields sent under one name (names compare without case, as HTTP's do).
 """
 
 from __future__ import annotations
 
 import math
+import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+from ratekeeper.config.problems import did_you_mean
 from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.limit import Limit
 
 if TYPE_CHECKING:
@@ -59,10 +72,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_HEADERS",
+    "DEFAULT_NAMES",
+    "MAX_NAME_LENGTH",
     "MAX_SCALE",
+    "HeaderNames",
     "HeaderOptions",
     "advertised",
     "exact_policy",
+    "header_names",
     "policy_names",
     "rate_limit_headers",
     "ratelimit_fields",
@@ -80,19 +97,169 @@ UNINFORMED = frozenset({"allow", "deny"})
 """The failure policies whose decisions know nothing of the quota."""
 
 
+class HeaderNames(NamedTuple):
+    """The name each rate-limit field is sent under; None leaves that field out.
+
+    Built by ``header_names()``, which checks the names; a tuple, so that a request
+    unpacks all five at once (the headers are on every limited request's path)."""
+
+    policy: str | None = "RateLimit-Policy"
+    ratelimit: str | None = "RateLimit"
+    limit: str | None = "X-RateLimit-Limit"
+    remaining: str | None = "X-RateLimit-Remaining"
+    reset: str | None = "X-RateLimit-Reset"
+
+
+DEFAULT_NAMES = HeaderNames()
+_FIELDS: tuple[str, ...] = (
+    "RateLimit-Policy",
+    "RateLimit",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+)
+"""The fields' default names, in ``HeaderNames``' order."""
+
+MAX_NAME_LENGTH = 128
+"""The longest name a field may be renamed to (servers cap a header line's length)."""
+
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name: RFC 9110 §5.1, a ``token`` (§5.6.2)."""
+
+_RENAMABLE = {name.lower(): i for i, name in enumerate(_FIELDS)}
+_RETRY_AFTER = "retry-after"
+# Fields whose meaning HTTP fixes (framing, connection, or what a 429 already says): a
+# rate-limit field sent under one of these names would change what the response means.
+_RESERVED = frozenset(
+    {
+        _RETRY_AFTER,
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "upgrade",
+        "trailer",
+        "te",
+        "host",
+        "date",
+        "location",
+        "set-cookie",
+        "vary",
+        "cache-control",
+    }
+)
+
+
+def header_names(mapping: Mapping[str, str | None] | None) -> HeaderNames:
+    """The ``header_names`` option resolved: a mapping from a field's default name
+    (``"X-RateLimit-Remaining"``, any case) to the name to send it under, or None to leave
+    it out; None is the defaults. Raises ``ConfigurationError`` saying what is wrong and
+    what would be right (see the module docstring)."""
+    if mapping is None:
+        return DEFAULT_NAMES
+    if not isinstance(mapping, Mapping):
+        raise ConfigurationError(
+            "header_names must be a mapping from a field's default name to the name to send it under "
+            "(or None to leave it out), e.g. {'X-RateLimit-Limit': 'X-Rate-Limit-Limit'}; "
+            f"got a {type(mapping).__name__}"
+        )
+    names: list[str | None] = list(DEFAULT_NAMES)
+    seen: dict[int, str] = {}
+    for key, value in mapping.items():
+        index = _field_index(key)
+        if index in seen:
+            raise ConfigurationError(
+                f"header_names renames {_FIELDS[index]} twice ({seen[index]!r} and {key!r}; "
+                "field names compare without case): keep one entry"
+            )
+        seen[index] = key
+        names[index] = _new_name(_FIELDS[index], value)
+    resolved = HeaderNames(*names)
+    _check_distinct(resolved)
+    return resolved
+
+
+def _field_index(key: Any) -> int:
+    """The index in ``HeaderNames`` of the field ``key`` names (its default name, any case)."""
+    renamable = ", ".join(_FIELDS)
+    if not isinstance(key, str):
+        raise ConfigurationError(f"header_names: a key is a field's default name ({renamable}), not {key!r}")
+    folded = key.lower()
+    if folded == _RETRY_AFTER:
+        raise ConfigurationError(
+            "header_names cannot rename or leave out Retry-After: it is HTTP's own field (RFC 9110 §10.2.3), "
+            "which clients, proxies and HTTP libraries act on to wait before retrying; "
+            f"the fields that can be renamed are {renamable}"
+        )
+    index = _RENAMABLE.get(folded)
+    if index is None:
+        hint = did_you_mean(key, _FIELDS)
+        raise ConfigurationError(
+            f"header_names: {key!r} is not a field ratekeeper sends{hint}; the fields that can be renamed are "
+            f"{renamable}"
+        )
+    return index
+
+
+def _new_name(field: str, value: Any) -> str | None:
+    """``value`` checked as the name to send ``field`` under (None: leave it out)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"header_names: {field} maps to {value!r}; give a str (the name to send it under) or None to leave it out"
+        )
+    if len(value) > MAX_NAME_LENGTH or _TOKEN.fullmatch(value) is None:
+        shown = value if len(value) <= MAX_NAME_LENGTH else value[:MAX_NAME_LENGTH] + "..."
+        raise ConfigurationError(
+            f"header_names: {shown!r} (for {field}) is not an HTTP field name: it must be 1 to {MAX_NAME_LENGTH} "
+            "letters, digits or !#$%&'*+-.^_`|~ (RFC 9110 §5.1: no spaces, colons or other separators), "
+            "e.g. 'X-Rate-Limit-Limit'"
+        )
+    if value.lower() in _RESERVED:
+        raise ConfigurationError(
+            f"header_names: {field} cannot be sent as {value!r}: HTTP already gives that field a meaning; "
+            f"choose a name of your own, e.g. 'X-Rate-Limit-{field.rsplit('-', 1)[-1]}'"
+        )
+    return value
+
+
+def _check_distinct(names: HeaderNames) -> None:
+    """No two fields sent under one name (field names compare without case, RFC 9110 §5.1)."""
+    owner: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name is None:
+            continue
+        other = owner.setdefault(name.lower(), i)
+        if other != i:
+            first, second = _FIELDS[other], _FIELDS[i]
+            raise ConfigurationError(
+                f"header_names: {first} and {second} would both be sent as {name!r} "
+                f"(as {names[other]!r} and {name!r}; field names compare without case): give each its own name, "
+                "or map one to None to leave it out"
+            )
+
+
 @dataclass(frozen=True, slots=True)
 class HeaderOptions:
-    """Which headers to send, and how ``X-RateLimit-Reset`` counts (see the module docstring)."""
+    """Which headers to send, how ``X-RateLimit-Reset`` counts, and the names the fields
+    are sent under (see the module docstring)."""
 
     ratelimit: bool = True
     x_ratelimit: bool = True
     reset: Literal["seconds", "epoch"] = "seconds"
+    names: HeaderNames = DEFAULT_NAMES
 
     def __post_init__(self) -> None:
         if self.reset not in ("seconds", "epoch"):
             raise ValueError(
                 f"x_ratelimit_reset must be 'seconds' (seconds from now) or 'epoch' (Unix time), got {self.reset!r}"
             )
+        if self.names is not DEFAULT_NAMES:  # built in code, not by header_names(): checked all the same
+            header_names(dict(zip(_FIELDS, self.names, strict=True)))
 
 
 DEFAULT_HEADERS = HeaderOptions()
@@ -170,8 +337,9 @@ def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[tuple[int, str]
     return tuple(items), ", ".join(members)
 
 
-def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
-    """``RateLimit-Policy`` and ``RateLimit`` for the advertised decisions of one request.
+def ratelimit_fields(decisions: Iterable[Decision], names: HeaderNames = DEFAULT_NAMES) -> list[tuple[str, str]]:
+    """``RateLimit-Policy`` and ``RateLimit`` for the advertised decisions of one request,
+    under ``names``.
 
     One member per policy: when several decisions of a request share a rule and limits
     (a batch checking several keys of one rule), the field names the policy once and
@@ -195,10 +363,12 @@ def ratelimit_fields(decisions: Iterable[Decision]) -> list[tuple[str, str]]:
                 state[item] = (r, t)
     if not policy:
         return []
-    return [
-        ("RateLimit-Policy", ", ".join(policy)),
-        ("RateLimit", ", ".join([f"{item};r={r};t={t}" for item, (r, t) in state.items()])),
-    ]
+    fields: list[tuple[str, str]] = []
+    if names.policy is not None:
+        fields.append((names.policy, ", ".join(policy)))
+    if names.ratelimit is not None:
+        fields.append((names.ratelimit, ", ".join([f"{item};r={r};t={t}" for item, (r, t) in state.items()])))
+    return fields
 
 
 _last_policy: list[tuple[str, tuple[Limit, ...], tuple[tuple[tuple[int, str], ...], str]]] = []
@@ -234,22 +404,34 @@ def _reported(decisions: Sequence[Decision]) -> tuple[Decision, int] | None:
 
 
 def x_ratelimit_fields(
-    decisions: Sequence[Decision], reset: str = "seconds", now: Callable[[], float] = time.time
+    decisions: Sequence[Decision],
+    reset: str = "seconds",
+    now: Callable[[], float] = time.time,
+    names: HeaderNames = DEFAULT_NAMES,
 ) -> list[tuple[str, str]]:
-    """``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` for the advertised decisions;
-    ``reset``: ``"seconds"`` from now or ``"epoch"`` (Unix time, ``now()`` the clock)."""
+    """``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` for the advertised decisions,
+    under ``names``; ``reset``: ``"seconds"`` from now or ``"epoch"`` (Unix time, ``now()``
+    the clock)."""
     reported = _reported(decisions)
     if reported is None:
         return []
     d, i = reported
-    limit = d.rule_limits[i]
     t = _limit_t(d, i)
-    value = t if reset == "seconds" else math.ceil(now()) + t
-    return [
-        ("X-RateLimit-Limit", str(limit.count)),
-        ("X-RateLimit-Remaining", str(_limit_r(d, i))),
-        ("X-RateLimit-Reset", str(value)),
-    ]
+    return _x_fields(names, d.rule_limits[i].count, _limit_r(d, i), t if reset == "seconds" else math.ceil(now()) + t)
+
+
+def _x_fields(names: HeaderNames, limit: int, remaining: int, reset: int) -> list[tuple[str, str]]:
+    _, _, limit_name, remaining_name, reset_name = names
+    if names is DEFAULT_NAMES:  # the usual case: no test per field
+        return [(limit_name, str(limit)), (remaining_name, str(remaining)), (reset_name, str(reset))]  # type: ignore[list-item]
+    fields: list[tuple[str, str]] = []
+    if limit_name is not None:
+        fields.append((limit_name, str(limit)))
+    if remaining_name is not None:
+        fields.append((remaining_name, str(remaining)))
+    if reset_name is not None:
+        fields.append((reset_name, str(reset)))
+    return fields
 
 
 def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], float]) -> list[tuple[str, str]]:
@@ -258,17 +440,18 @@ def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], flo
     remaining count and seconds, so each is worked out once."""
     r, t = _limit_r(d, 0), _limit_t(d, 0)
     headers: list[tuple[str, str]] = []
+    names = options.names
     if options.ratelimit:
         items, members = _rule_policy(d.rule, d.rule_limits)
         if items:
-            headers += [("RateLimit-Policy", members), ("RateLimit", f"{items[0][1]};r={r};t={t}")]
+            policy_name, ratelimit_name = names[0], names[1]
+            if policy_name is not None:
+                headers.append((policy_name, members))
+            if ratelimit_name is not None:
+                headers.append((ratelimit_name, f"{items[0][1]};r={r};t={t}"))
     if options.x_ratelimit:
         reset = t if options.reset == "seconds" else math.ceil(now()) + t
-        headers += [
-            ("X-RateLimit-Limit", str(d.rule_limits[0].count)),
-            ("X-RateLimit-Remaining", str(r)),
-            ("X-RateLimit-Reset", str(reset)),
-        ]
+        headers += _x_fields(names, d.rule_limits[0].count, r, reset)
     return headers
 
 
@@ -308,9 +491,9 @@ def rate_limit_headers(
     else:
         headers = []
         if options.ratelimit:
-            headers += ratelimit_fields(shown)
+            headers += ratelimit_fields(shown, options.names)
         if options.x_ratelimit:
-            headers += x_ratelimit_fields(shown, options.reset, now)
+            headers += x_ratelimit_fields(shown, options.reset, now, options.names)
     if not allowed:
         retry = retry_after_seconds(d for _, d in pairs)
         if retry is not None:
