@@ -24,7 +24,10 @@ rules:
     on_error: deny
     shadow: true
   - name: global
+    key: "*"
     limits: [10/10s, 600/600s]
+  - name: per_client
+    limits: [5/s]
 """
 
 
@@ -40,9 +43,10 @@ def test_a_good_native_file_prints_a_line_per_rule(write: WriteFile, capsys: pyt
         "items.list: GET /items/{user} key={path.user} limits=1/2s algorithm=gcra",
         "auth.create_token: POST /auth/token key={client_ip} limits=20/minute, 5/3s algorithm=sliding_window_log"
         " [shadow on_error=deny]",
-        "global: * /* key=(global) limits=10/10s, 600/10min algorithm=gcra",
-        f"{path}:14: warning: rule 'global': limit 600/10min can never bind beside 10/10s (it is redundant); remove it",
-        f"{path}: native form, 3 rules, 1 warning: OK",
+        "global: * /* key=global (*) limits=10/10s, 600/10min algorithm=gcra",
+        "per_client: * /* key=client address (default) limits=5/second algorithm=gcra",
+        f"{path}:15: warning: rule 'global': limit 600/10min can never bind beside 10/10s (it is redundant); remove it",
+        f"{path}: native form, 4 rules, 1 warning: OK",
     ]
 
 

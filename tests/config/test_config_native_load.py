@@ -58,7 +58,10 @@ def test_file_fields_become_the_http_rule(write: WriteFile) -> None:
     assert auth.match.match("POST", "/auth/token", "api.example.com:443") == {}
     assert isinstance(upload.cost, KeyTemplate) and upload.cost.parts == (("header", "x-cost"),)
     assert upload.shadow is True and items.shadow is False
-    assert upload.key.render(lambda part, name: None) == "*"
+    # no key: each client by its address (a request without one is not limited by the rule)
+    assert upload.key.render(lambda part, name: {"client_ip": "10.0.0.7"}.get(part)) == "10.0.0.7"
+    assert upload.key.render(lambda part, name: None) is None
+    assert upload.key.is_default and upload.key.describe() == "client address (default)"
     assert (items.origin, auth.origin, upload.origin) == (f"{path}:3", f"{path}:8", f"{path}:14")
 
 
@@ -190,7 +193,9 @@ def test_rules_from_a_path_a_ruleset_and_code(write: WriteFile) -> None:
     code = rules_from([CODE[0], HttpRule(CODE[1], key=KeyTemplate.parse("{client_ip}"))])
     assert isinstance(code, RuleSet) and code.source == "<code>"
     assert code.rules[0] == HttpRule(CODE[0])
-    assert code.rules[0].key.render(lambda part, name: None) == "*"
+    # a bare Rule is keyed like a file's rule without key: by the client's address
+    assert code.rules[0].key.render(lambda part, name: {"client_ip": "10.0.0.7"}.get(part)) == "10.0.0.7"
+    assert code.rules[0].key.is_default
     assert code.rules[0].match.match("DELETE", "/anything", None) == {}
     assert code.rules[1].key.source == "{client_ip}"
 

@@ -70,7 +70,7 @@ def describe_http_rule(r: HttpRule) -> str:
     match = f"{methods} {paths}"
     if m.hosts:
         match += " host=" + ("(none)" if m.hosts is NEVER_HOSTS else ",".join(sorted(m.hosts)))
-    key = r.key.source or "(global)"
+    key = r.key.describe()
     limits = ", ".join(str(x) for x in r.rule.limits)
     flags = []
     if r.shadow:

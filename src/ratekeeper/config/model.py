@@ -18,6 +18,8 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.rule import Rule
 
 __all__ = [
+    "CLIENT_ADDRESS_KEY",
+    "GLOBAL_KEY",
     "KEY_PARTS",
     "Fallback",
     "HttpRule",
@@ -68,7 +70,9 @@ class KeyTemplate:
     ``"{user|client_ip}"`` (a logged-in user, else the address).
 
     ``parts`` alternates literal strings, ``(part, name)`` pairs and ``Fallback`` chains.
-    The empty template (no key in the file) renders one global key for the rule.
+    Two templates are special: ``CLIENT_ADDRESS_KEY``, what a rule without a key gets (its
+    ``source`` is empty: nobody wrote it), and ``GLOBAL_KEY``, the whole template ``"*"``:
+    one key that every request shares. A ``*`` inside a longer template is literal text.
     """
 
     source: str
@@ -79,6 +83,13 @@ class KeyTemplate:
         """The template, or ``ConfigurationError`` naming the part that is not known."""
         if not isinstance(text, str):
             raise ConfigurationError(f"a key template must be a string such as '{{client_ip}}', got {text!r}")
+        if text.strip() == GLOBAL:
+            return GLOBAL_KEY
+        if not text:
+            raise ConfigurationError(
+                "an empty key template; leave the key out to key each client by its address, "
+                "or write '*' for one key that every request shares"
+            )
         parts: list[str | tuple[str, str | None] | Fallback] = []
         pos = 0
         for m in _PLACEHOLDER.finditer(text):
@@ -104,10 +115,29 @@ class KeyTemplate:
                 needs.append(part)
         return tuple(needs)
 
+    @property
+    def is_default(self) -> bool:
+        """No key was given: the client's address (``CLIENT_ADDRESS_KEY``)."""
+        return not self.source and bool(self.parts)
+
+    @property
+    def is_global(self) -> bool:
+        """One key for every request (``"*"``)."""
+        return not self.parts
+
+    def describe(self) -> str:
+        """How a listing shows the template: ``client address (default)``, ``global (*)``,
+        else the template as written."""
+        if self.is_default:
+            return "client address (default)"
+        if self.is_global:
+            return "global (*)"
+        return self.source
+
     def render(self, lookup: PartLookup) -> str | None:
         """The key for one request, or None when the request lacks a part it needs."""
         if not self.parts:
-            return "*"
+            return GLOBAL
         out: list[str] = []
         for part in self.parts:
             if isinstance(part, str):
@@ -118,6 +148,17 @@ class KeyTemplate:
                 return None
             out.append(value)
         return "".join(out)
+
+
+GLOBAL = "*"
+"""The key template of a global rule, and the one key it renders."""
+
+GLOBAL_KEY = KeyTemplate(GLOBAL, ())
+"""``key: "*"``: one key for every request, a budget all clients share."""
+
+CLIENT_ADDRESS_KEY = KeyTemplate("", (("client_ip", None),))
+"""The key of a rule that names none: each client by its address (``{client_ip}``), as
+slowapi and flask-limiter do. Its empty ``source`` tells it from a written ``{client_ip}``."""
 
 
 def _parse_placeholder(inner: str, text: str) -> tuple[str, str | None] | Fallback:
@@ -236,6 +277,8 @@ class Match:
 class HttpRule:
     """One rule of a rules file: the ``Rule`` that decides, and when and for whom.
 
+    ``key`` defaults to the client's address (``CLIENT_ADDRESS_KEY``); ``GLOBAL_KEY``
+    (``KeyTemplate.parse("*")``) gives every request one shared key.
     ``cost`` is a constant or a template whose value must read as a non-negative integer
     (``"{header.x-cost}"``); ``shadow`` rules decide and charge but never refuse and send
     no headers. ``origin`` is ``file:line`` of the rule's entry, for messages.
@@ -243,7 +286,7 @@ class HttpRule:
 
     rule: Rule
     match: Match = field(default_factory=Match)
-    key: KeyTemplate = field(default_factory=lambda: KeyTemplate("", ()))
+    key: KeyTemplate = CLIENT_ADDRESS_KEY
     cost: int | KeyTemplate = 1
     shadow: bool = False
     origin: str = ""

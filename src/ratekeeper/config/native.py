@@ -22,7 +22,7 @@ from ratekeeper.config.checks import (
     redundant_limits,
     type_name,
 )
-from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate, RuleSet
+from ratekeeper.config.model import CLIENT_ADDRESS_KEY, HttpRule, KeyTemplate, Match, PathTemplate, RuleSet
 from ratekeeper.config.problems import Problems
 from ratekeeper.config.quota_spec import check_quota
 from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, load_file, read_yaml
@@ -138,13 +138,19 @@ def _rule(entry: Any, line: int, names: dict[str, int], problems: Problems) -> H
     ok = ok and match is not None
     params = _path_params(match) if match is not None else None
 
-    key = KeyTemplate("", ())
+    key = CLIENT_ADDRESS_KEY  # no key: each client by its address; "*" says one global key
     if "key" in entry:
         parsed_key = _template(entry["key"], entry.line_at("key"), "key", params, problems)
         if parsed_key is None:
             ok = False
         else:
             key = parsed_key
+            if not key.needs and not key.is_global:
+                problems.warn(
+                    entry.line_at("key"),
+                    f"{label}: key {key.source!r} names no request part, so every request shares it; "
+                    "write key: '*' for one global key, or add a part such as '{client_ip}'",
+                )
 
     cost: int | KeyTemplate = 1
     if "cost" in entry:
@@ -301,6 +307,9 @@ def _cost(value: Any, line: int, params: frozenset[str] | None, problems: Proble
         problems.add(line, f"cost must be an integer >= 0 or a template such as '{{header.x-cost}}', got {value}")
         return None
     if isinstance(value, str):
+        if not value.strip():
+            problems.add(line, "cost is empty; write a number (cost: 3) or a template such as '{header.x-cost}'")
+            return None
         template = _template(value, line, "cost", params, problems)
         if template is not None and not template.needs:
             problems.add(

@@ -19,8 +19,10 @@ RulesSource = str | os.PathLike[str] | RuleSet | Rule | HttpRule | Iterable[Rule
 def rules_from(obj: RulesSource) -> RuleSet:
     """A ``RuleSet`` from a path to a native-form file, a ``RuleSet``, or rules built in code.
 
-    A bare ``Rule`` becomes ``HttpRule(rule)``: it matches every request and charges one
-    global key. Two rules with one name are a ``ConfigurationError``; a file with problems
+    A bare ``Rule`` becomes ``HttpRule(rule)``: it matches every request and, like a rule
+    of a file without ``key``, keys each client by its address (``{client_ip}``); for one
+    budget every client shares, give ``HttpRule(rule, key=KeyTemplate.parse("*"))``.
+    Two rules with one name are a ``ConfigurationError``; a file with problems
     raises ``ConfigProblems``. Rules built in code get the same redundant-limit warnings a
     file would.
     """
