@@ -1,0 +1,165 @@
+"""ratekeeper.otel and charges without a check, and the opt-in key: the charge counters equal
+the Prometheus ones, a charge is a span of its own, and ``ratekeeper.key`` is on a span only
+with ``record_key=True``, cut to ``MAX_KEY_LENGTH``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from observability.test_otel import SECRET, Exported
+from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.metrics import OTHER_RULE, Metrics
+from ratekeeper.otel import CHARGE_SPAN_NAME, MAX_KEY_LENGTH, SPAN_NAME, OpenTelemetry
+from ratekeeper.rule import MAX_KEY_LENGTH as MAX_KEY
+from ratekeeper.testing import FakeClock
+from servers import free_port
+
+TOKENS = Rule("otel.tokens", "100/min", algorithm="token_bucket")
+
+
+@pytest.fixture
+def export() -> Iterator[Callable[..., Exported]]:
+    """Builds an ``Exported`` whose ``OpenTelemetry`` takes the options given."""
+    providers: list[MeterProvider | TracerProvider] = []
+
+    def build(**options: bool) -> Exported:
+        reader = InMemoryMetricReader()
+        meter_provider = MeterProvider(metric_readers=[reader])
+        spans = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+        providers.extend((meter_provider, tracer_provider))
+        otel = OpenTelemetry(meter_provider, tracer_provider, **options)
+        return Exported(Metrics(otel=otel), reader, spans)
+
+    yield build
+    for provider in providers:
+        provider.shutdown()
+
+
+def test_the_charge_instruments_count_what_the_prometheus_metrics_count(export: Callable[..., Exported]) -> None:
+    exported = export()
+    metrics = exported.metrics
+    metrics.configured_rules([TOKENS])
+    with Limiter("memory://", clock=FakeClock(), observer=metrics) as limiter:
+        limiter.charge(TOKENS, SECRET, 30)
+        limiter.charge(TOKENS, SECRET, 130)  # in debt
+        limiter.refund(TOKENS, SECRET, 12)
+        limiter.charge(Rule("made.up", "5/min", algorithm="token_bucket"), SECRET, 9)  # in debt, under _other
+    for instrument, prometheus, rule, value in [
+        ("ratekeeper.charged_cost", "ratekeeper_charged_cost_total", "otel.tokens", 160),
+        ("ratekeeper.debt_charges", "ratekeeper_debt_charges_total", "otel.tokens", 1),
+        ("ratekeeper.refunded_cost", "ratekeeper_refunded_cost_total", "otel.tokens", 12),
+        ("ratekeeper.charged_cost", "ratekeeper_charged_cost_total", OTHER_RULE, 9),
+        ("ratekeeper.debt_charges", "ratekeeper_debt_charges_total", OTHER_RULE, 1),
+    ]:
+        point = exported.points(instrument)[(("rule", rule),)]
+        assert value == point.value == metrics.value(prometheus, rule=rule), instrument
+    assert {(("rule", "otel.tokens"),), (("rule", OTHER_RULE),)} == set(exported.points("ratekeeper.charged_cost"))
+
+
+def test_every_prometheus_metric_of_a_charge_has_its_instrument(export: Callable[..., Exported]) -> None:
+    """The instruments stay the Prometheus metrics: a name added to one backend only fails here."""
+    exported = export()
+    with Limiter("memory://", clock=FakeClock(), observer=exported.metrics) as limiter:
+        limiter.charge(TOKENS, "k", 150)
+        limiter.refund(TOKENS, "k", 1)
+    body, _ = exported.metrics.exposition()
+    prometheus = {line.split("{")[0] for line in body.decode().splitlines() if line.startswith("ratekeeper_")}
+    for name in ("charged_cost", "debt_charges", "refunded_cost"):
+        assert f"ratekeeper_{name}_total" in prometheus
+        assert exported.points(f"ratekeeper.{name}"), name
+
+
+def test_a_charge_is_a_span_with_its_cost_debt_and_store_latency_and_no_key(export: Callable[..., Exported]) -> None:
+    exported = export()
+    with Limiter("memory://", clock=FakeClock(), observer=exported.metrics) as limiter:
+        limiter.try_acquire(TOKENS, SECRET, 10)
+        limiter.charge(TOKENS, SECRET, 30)
+        limiter.charge(TOKENS, SECRET, 130)
+    finished = exported.spans.get_finished_spans()
+    assert [SPAN_NAME, CHARGE_SPAN_NAME, CHARGE_SPAN_NAME] == [s.name for s in finished]
+    charges = [dict(s.attributes or {}) for s in finished[1:]]
+    assert [(30, False, 60), (130, True, -70)] == [
+        (a["ratekeeper.cost"], a["ratekeeper.debt"], a["ratekeeper.remaining"]) for a in charges
+    ]
+    for attributes in charges:
+        assert "otel.tokens" == attributes["ratekeeper.rule"]
+        assert 0 < attributes["ratekeeper.store.latency"] < 5  # each took its own store call's
+    assert all(SECRET not in s.to_json() and "ratekeeper.key" not in (s.attributes or {}) for s in finished)
+
+
+def test_a_charge_answered_by_the_failure_policy_is_a_span_with_the_fallback(export: Callable[..., Exported]) -> None:
+    exported = export()
+    down = Limiter(f"redis://127.0.0.1:{free_port()}/0", on_error="allow", timeout=0.5, observer=exported.metrics)
+    try:
+        down.charge(TOKENS, SECRET, 130)
+    finally:
+        down.close()
+    (span,) = exported.spans.get_finished_spans()
+    assert CHARGE_SPAN_NAME == span.name
+    assert "allow" == span.attributes["ratekeeper.fallback"]
+    assert span.attributes["ratekeeper.debt"] is True
+    assert "ratekeeper.store.error" in span.attributes
+
+
+def test_record_key_puts_the_key_on_decision_and_charge_spans(export: Callable[..., Exported]) -> None:
+    exported = export(record_key=True)
+    assert exported.metrics.wants_keys is True
+    with Limiter("memory://", clock=FakeClock(), observer=exported.metrics) as limiter:
+        limiter.try_acquire(TOKENS, SECRET)
+        limiter.try_acquire_many([(TOKENS, "batch-1"), (TOKENS, "batch-2")])
+        limiter.charge(TOKENS, SECRET, 5)
+    keys = [(s.name, (s.attributes or {}).get("ratekeeper.key")) for s in exported.spans.get_finished_spans()]
+    assert [
+        (SPAN_NAME, SECRET),
+        (SPAN_NAME, "batch-1"),
+        (SPAN_NAME, "batch-2"),
+        (CHARGE_SPAN_NAME, SECRET),
+    ] == keys
+    assert not any("ratekeeper.key_truncated" in (s.attributes or {}) for s in exported.spans.get_finished_spans())
+    # Keys are for spans only: no metric series carries one.
+    body, _ = exported.metrics.exposition()
+    assert SECRET not in body.decode()
+    data = exported.reader.get_metrics_data()
+    assert data is not None and SECRET not in data.to_json()
+
+
+def test_a_long_key_is_cut_to_max_key_length(export: Callable[..., Exported]) -> None:
+    exported = export(record_key=True)
+    hostile = "k" * (MAX_KEY - 1) + "!"  # the longest key a limiter accepts
+    exact = "e" * MAX_KEY_LENGTH
+
+    async def run() -> None:
+        async with AsyncLimiter("memory://", clock=FakeClock(), observer=exported.metrics) as limiter:
+            await limiter.try_acquire(TOKENS, hostile)
+            await limiter.charge(TOKENS, hostile, 1)
+            await limiter.try_acquire(TOKENS, exact)
+
+    asyncio.run(run())
+    cut, charge, whole = [dict(s.attributes or {}) for s in exported.spans.get_finished_spans()]
+    for attributes in (cut, charge):
+        assert "k" * MAX_KEY_LENGTH == attributes["ratekeeper.key"]
+        assert attributes["ratekeeper.key_truncated"] is True
+    assert exact == whole["ratekeeper.key"] and "ratekeeper.key_truncated" not in whole
+
+
+def test_without_spans_no_key_is_asked_for(export: Callable[..., Exported]) -> None:
+    exported = export(record_key=True, spans=False)
+    assert exported.metrics.wants_keys is False
+    with Limiter("memory://", clock=FakeClock(), observer=exported.metrics) as limiter:
+        limiter.charge(TOKENS, SECRET, 5)
+    assert 5 == exported.points("ratekeeper.charged_cost")[(("rule", "otel.tokens"),)].value
+
+
+def test_record_key_takes_a_bool_only() -> None:
+    with pytest.raises(TypeError, match="record_key must be True or False"):
+        OpenTelemetry(MeterProvider(), TracerProvider(), record_key="yes")  # type: ignore[arg-type]
