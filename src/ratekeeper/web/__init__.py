@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ratekeeper.web.core import RateLimitCore
     from ratekeeper.web.core_async import AsyncRateLimitCore
     from ratekeeper.web.request import RequestView, Verdict
+    from ratekeeper.web.settle import Usage, usage
     from ratekeeper.web.wsgi import WSGIRateLimitMiddleware
 
 __all__ = [
@@ -23,8 +24,10 @@ __all__ = [
     "RateLimitCore",
     "RateLimitMiddleware",
     "RequestView",
+    "Usage",
     "Verdict",
     "WSGIRateLimitMiddleware",
+    "usage",
 ]
 
 _WHERE = {
@@ -33,6 +36,8 @@ _WHERE = {
     "RateLimitCore": "ratekeeper.web.core",
     "RequestView": "ratekeeper.web.request",
     "Verdict": "ratekeeper.web.request",
+    "Usage": "ratekeeper.web.settle",
+    "usage": "ratekeeper.web.settle",
     "WSGIRateLimitMiddleware": "ratekeeper.web.wsgi",
 }
 

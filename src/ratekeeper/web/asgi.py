@@ -22,6 +22,7 @@ every request instead.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
 from typing import Any, Unpack
 
@@ -30,6 +31,7 @@ from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import LEDGER, CoreOptions, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
+from ratekeeper.web.settle import ResponseRecord
 
 __all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
 
@@ -81,7 +83,8 @@ class RateLimitMiddleware:
         if core.metrics is not None:
             core.metrics.request("asgi")
         outer: RequestLedger | None = scope.get(LEDGER)
-        verdict = await core.check(request_view(scope))
+        view = request_view(scope)
+        verdict = await core.check(view)
         if not verdict.allowed:
             if outer is not None:  # a middleware further out admitted it: give that back too
                 await outer.refuse()
@@ -99,25 +102,38 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         status = 500  # what the app answered; an app that raised before answering counts as a 500
+        record = core.response_record(verdict, view, scope)
 
         async def send_with_headers(message: Message) -> None:
             nonlocal status
-            if message["type"] == "http.response.start":
+            kind = message["type"]
+            if kind == "http.response.start":
                 status = message["status"]
+                if record is not None:
+                    record.started(status, message.get("headers", ()))
+                    record.expects_trailers = bool(message.get("trailers", False))
                 # the outermost check writes the headers, of every check that admitted the request
                 if outer is None and not ledger.refused:
                     verdicts = ledger.admitted
                     fields = verdict.headers if len(verdicts) == 1 else core.headers_for(ledger.verdicts())
                     if fields:
                         message = {**message, "headers": [*message.get("headers", ()), *encoded(fields)]}
+                await send(message)
+                return
+            if record is not None and kind == "http.response.trailers":
+                record.trailed(message.get("headers", ()))
             await send(message)
+            if record is not None and _ends(message, record.expects_trailers) and not ledger.refused:
+                # the response ended: settled now, not when the app returns (it may go on working)
+                await core.finish(verdict, status, record)
 
         try:
             await self.app(scope, receive, send_with_headers)
         finally:
-            # a refusal further in gave this verdict's charges back already
+            # a refusal further in gave this verdict's charges back already; a record
+            # settled at the end of the body is not settled again (``claim``)
             if finish and not ledger.refused:
-                await core.finish(verdict, status)
+                await _finish_shielded(core, verdict, status, record)
 
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:
@@ -126,6 +142,34 @@ class RateLimitMiddleware:
             await send(message)
 
         return lifespan_send
+
+
+def _ends(message: Message, trailers: bool) -> bool:
+    """Whether ``message`` is the last of a response: its last body part (unless trailers
+    follow) or its last trailers."""
+    kind = message["type"]
+    if kind == "http.response.body":
+        return not trailers and not message.get("more_body", False)
+    return kind == "http.response.trailers" and not message.get("more_trailers", False)
+
+
+async def _finish_shielded(
+    core: AsyncRateLimitCore, verdict: Verdict, status: int, record: ResponseRecord | None
+) -> None:
+    """``core.finish``, run to its end also when the request's task is being cancelled (the
+    client went away mid-stream): what the app streamed so far is settled, leases released.
+    A task of its own only then: an await in a cancelled task is cancelled again."""
+    current = asyncio.current_task()
+    if current is None or not current.cancelling():
+        await core.finish(verdict, status, record)
+        return
+    task = asyncio.ensure_future(core.finish(verdict, status, record))
+    _FINISHING.add(task)  # the loop keeps only a weak reference to a task
+    task.add_done_callback(_FINISHING.discard)
+    await asyncio.shield(task)
+
+
+_FINISHING: set[asyncio.Future[None]] = set()
 
 
 async def _fail_startup(receive: Receive, send: Send, error: Exception) -> None:

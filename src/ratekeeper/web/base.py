@@ -49,6 +49,15 @@ Options (the same names in every integration):
   ``callable(view, http_rule) -> int | None`` (None: the rule's own cost), or a mapping of
   rule name to any of those (a callable there takes ``view`` only).
 - ``refund_statuses``: response statuses (e.g. ``range(500, 600)``) whose charges are given back.
+- ``response_cost``: what a request really cost, known from its response, settled once the
+  response ended (``ratekeeper.web.settle``): a response header name (``"x-tokens-used"``;
+  a trailer of that name wins), ``callable(view, status, headers) -> int | None`` (the
+  response's headers by lower-case name; None keeps the charge), or a mapping of rule
+  name to either (only those rules are settled; otherwise every rule the request was
+  charged under, concurrency rules excepted: they hold leases, not counts). Without an
+  answer there, the total the app added to ``ratekeeper.web.usage(request)`` is the real
+  cost. The difference is charged (the key may go into debt) or refunded; a refund by
+  ``refund_statuses`` wins. The rate-limit headers, sent before, show the state before it.
 - ``shadow``: True (every rule) or rule names: decided but never refusing, never in
   headers; charged only when the request is admitted (``ratekeeper.limiter.transaction``).
 - ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families;
@@ -121,6 +130,7 @@ from ratekeeper.web.problem import (
     unavailable_body,
 )
 from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
+from ratekeeper.web.settle import ResponseCost, ResponseRecord, response_cost_option, settlement, settles
 
 if TYPE_CHECKING:
     from ratekeeper.rule import Rule
@@ -155,6 +165,7 @@ class CoreOptions(TypedDict, total=False):
     key: Callable[[RequestView, HttpRule], str | None] | None
     cost: CostOption | Mapping[str, CostOption] | None
     refund_statuses: Collection[int]
+    response_cost: ResponseCost | Mapping[str, ResponseCost] | None
     shadow: bool | Iterable[str]
     ratelimit_headers: bool
     x_ratelimit_headers: bool
@@ -241,6 +252,7 @@ class BaseRateLimitCore(Generic[L]):
         self.key = options.get("key")
         self.cost = cost_option(options.get("cost"))
         self.refund_statuses = frozenset(options.get("refund_statuses", ()))
+        self.response_cost = response_cost_option(options.get("response_cost"))
         shadow = options.get("shadow", False)
         self.shadow_all = shadow is True
         self.shadow_names = frozenset() if isinstance(shadow, bool) else frozenset(strings(shadow, "shadow"))
@@ -453,7 +465,47 @@ class BaseRateLimitCore(Generic[L]):
         """Whether ``finish`` has anything to do for ``verdict`` (refunds configured, or leases held)."""
         if not verdict.charges:
             return False
-        return bool(self.refund_statuses) or any(c.lease_id is not None for c in verdict.charges)
+        return (
+            bool(self.refund_statuses)
+            or any(c.lease_id is not None for c in verdict.charges)
+            or settles(self.response_cost, verdict)
+        )
+
+    def response_record(
+        self, verdict: Verdict, view: RequestView, holder: Mapping[str, Any] | None
+    ) -> ResponseRecord | None:
+        """What the integration notes of the response of ``verdict`` for ``finish`` to settle
+        it (``response_cost``); None when nothing of it could be settled. ``holder`` is the
+        mapping where the app's ``usage()`` keeps its meter (the ASGI scope, the WSGI
+        environ, Django's ``request.META``)."""
+        if not settles(self.response_cost, verdict):
+            return None
+        return ResponseRecord(view, holder)
+
+    def finish_plan(
+        self, verdict: Verdict, status: int, response: ResponseRecord | None
+    ) -> tuple[list[Charge], list[tuple[Charge, int]]]:
+        """What ``finish`` does once the app answered ``status``: the charges to give back
+        (``releases``) and the (charge, delta) settlements of ``response_cost``. A refund by
+        status gives the whole charge back and settles nothing."""
+        releases = self.releases(verdict, status)
+        if response is None or status in self.refund_statuses:
+            return releases, []
+        response.status = status
+        return releases, settlement(self.response_cost, verdict, response)
+
+    def settle_failed(self, charge: Charge, delta: int) -> None:
+        """A store error while settling: logged (and counted when the metrics can), never
+        raised into the server, whose response is already on its way."""
+        log.warning(
+            "ratekeeper: settling %+d for rule %s after the response failed; the request keeps what it was charged",
+            delta,
+            charge.rule.name,
+            exc_info=True,
+        )
+        counted = getattr(self.metrics, "settle_failed", None)
+        if counted is not None:
+            counted(charge.rule.name)
 
 
 _NO_PARAMS: Mapping[str, str] = {}

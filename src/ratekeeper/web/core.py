@@ -13,6 +13,7 @@ from ratekeeper.limiter.drive import drive
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.request import Charge, RequestView, Verdict
+from ratekeeper.web.settle import ResponseRecord
 
 __all__ = ["RateLimitCore", "RequestView", "Verdict"]
 
@@ -37,9 +38,22 @@ class RateLimitCore(BaseRateLimitCore[Limiter]):
         self._timed(start, verdict)
         return verdict
 
-    def finish(self, verdict: Verdict, status: int) -> None:
-        """After the app answered ``status``: give back what ``releases`` says."""
-        self.give_back(self.releases(verdict, status))
+    def finish(self, verdict: Verdict, status: int, response: ResponseRecord | None = None) -> None:
+        """After the app answered ``status``: give back what ``releases`` says, and settle
+        ``response`` (``response_record``'s, when the response ended) by ``response_cost``.
+        With a record, only its first call does anything (exactly once)."""
+        if response is not None and not response.claim():
+            return
+        releases, settled = self.finish_plan(verdict, status, response)
+        self.give_back(releases)
+        for charge, delta in settled:
+            try:
+                if delta > 0:
+                    self.limiter.charge(charge.rule, charge.key, delta)
+                else:
+                    self.limiter.refund(charge.rule, charge.key, -delta)
+            except Exception:  # noqa: BLE001 - the response is sent; a store error must not reach the server
+                self.settle_failed(charge, delta)
 
     def give_back(self, charges: Iterable[Charge]) -> None:
         """Refund ``charges`` (or release their leases)."""

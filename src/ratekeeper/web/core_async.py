@@ -15,6 +15,7 @@ from ratekeeper.limiter.drive_async import drive
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.request import Charge, RequestView, Verdict
+from ratekeeper.web.settle import ResponseRecord
 
 __all__ = ["AsyncRateLimitCore", "RequestView", "Verdict"]
 
@@ -39,9 +40,22 @@ class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
         self._timed(start, verdict)
         return verdict
 
-    async def finish(self, verdict: Verdict, status: int) -> None:
-        """After the app answered ``status``: give back what ``releases`` says."""
-        await self.give_back(self.releases(verdict, status))
+    async def finish(self, verdict: Verdict, status: int, response: ResponseRecord | None = None) -> None:
+        """After the app answered ``status``: give back what ``releases`` says, and settle
+        ``response`` (``response_record``'s, when the response ended) by ``response_cost``.
+        With a record, only its first call does anything (exactly once)."""
+        if response is not None and not response.claim():
+            return
+        releases, settled = self.finish_plan(verdict, status, response)
+        await self.give_back(releases)
+        for charge, delta in settled:
+            try:
+                if delta > 0:
+                    await self.limiter.charge(charge.rule, charge.key, delta)
+                else:
+                    await self.limiter.refund(charge.rule, charge.key, -delta)
+            except Exception:  # noqa: BLE001 - the response is sent; a store error must not reach the server
+                self.settle_failed(charge, delta)
 
     async def give_back(self, charges: Iterable[Charge]) -> None:
         """Refund ``charges`` (or release their leases)."""

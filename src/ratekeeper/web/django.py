@@ -24,7 +24,10 @@ allowed one gets the rate-limit headers on whatever the view answers (Django tur
 view's exception into a 500 response before it reaches this middleware, so error pages
 carry them too); its charges are given back when the status is in ``refund_statuses``
 (and concurrency leases released) as soon as the view has answered, before a streamed
-body is sent.
+body is sent. What a response cost (``response_cost``: a header of the view's response,
+or what the view added to ``ratekeeper.web.usage(request)``) is settled when the view has
+answered, or for a ``StreamingHttpResponse`` when Django closes it (after the last chunk,
+or when the client went away: what was streamed so far).
 
 What the rules see: ``request.path`` (with the script prefix), ``REMOTE_ADDR`` as the
 peer, the request's headers, ``{user}`` = the primary key of ``request.user`` when it is
@@ -63,6 +66,7 @@ from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.headers import rate_limit_headers, retry_after_seconds
 from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
+from ratekeeper.web.settle import ResponseRecord
 
 if TYPE_CHECKING:
     from django.http import HttpRequest, HttpResponseBase  # type: ignore[import-untyped]
@@ -202,37 +206,61 @@ class RateLimitMiddleware:
             return self._acall(request)
         if self.core.metrics is not None:
             self.core.metrics.request("django")
-        verdict = self.sync_core.check(request_view(request))
+        view = request_view(request)
+        verdict = self.sync_core.check(view)
         if not verdict.allowed:
             return _deny(verdict)
         response = self.get_response(request)
-        return self._answered(verdict, response)
+        return self._answered(verdict, view, request, response)
 
-    def _answered(self, verdict: Verdict, response: HttpResponseBase) -> HttpResponseBase:
+    def _answered(
+        self, verdict: Verdict, view: RequestView, request: HttpRequest, response: HttpResponseBase
+    ) -> HttpResponseBase:
         _add_headers(response, verdict)
         if self.core.needs_finish(verdict):
-            try:
-                self.sync_core.finish(verdict, response.status_code)
-            except RateKeeperError:
-                log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
+            status = response.status_code
+            record = _record(self.core, verdict, view, request, response)
+            if record is not None and response.streaming:
+                # settled when Django closes the streamed response (also when the client went away)
+                response._resource_closers.append(lambda: self._sync_finish(verdict, status, record))
+            else:
+                self._sync_finish(verdict, status, record)
         return response
+
+    def _sync_finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
+        try:
+            self.sync_core.finish(verdict, status, record)
+        except RateKeeperError:
+            log.warning("ratekeeper: giving back the charges of a %d response failed", status)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         if self.core.metrics is not None:
             self.core.metrics.request("django")
         user = await self._async_user(request) if self._needs_user(request) else None
-        verdict = await self.async_core.check(request_view(request, user))
+        view = request_view(request, user)
+        verdict = await self.async_core.check(view)
         if not verdict.allowed:
             return _deny(verdict)
         answer: Awaitable[HttpResponseBase] = self.get_response(request)
         response = await answer
         _add_headers(response, verdict)
         if self.core.needs_finish(verdict):
-            try:
-                await self.async_core.finish(verdict, response.status_code)
-            except RateKeeperError:
-                log.warning("ratekeeper: giving back the charges of a %d response failed", response.status_code)
+            status = response.status_code
+            record = _record(self.core, verdict, view, request, response)
+            if record is not None and response.streaming:
+                # Django closes the response from a worker thread (sync_to_async): the
+                # settlement runs back on this event loop, where the AsyncLimiter lives.
+                finish = async_to_sync(self._async_finish)
+                response._resource_closers.append(lambda: finish(verdict, status, record))
+            else:
+                await self._async_finish(verdict, status, record)
         return response
+
+    async def _async_finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
+        try:
+            await self.async_core.finish(verdict, status, record)
+        except RateKeeperError:
+            log.warning("ratekeeper: giving back the charges of a %d response failed", status)
 
     def _needs_user(self, request: HttpRequest) -> bool:
         """Whether a rule that matches ``request`` reads ``{user}``: then the async path loads
@@ -255,6 +283,17 @@ class RateLimitMiddleware:
             # AuthenticationMiddleware's loader; an empty id is "no user" to the core.
             return _user_id(await auser()) or ""
         return lambda: _user_id(getattr(request, "user", None))
+
+
+def _record(
+    core: BaseRateLimitCore[Any], verdict: Verdict, view: RequestView, request: HttpRequest, response: HttpResponseBase
+) -> ResponseRecord | None:
+    """The response as ``response_cost`` settles it (None: nothing to settle); the app's
+    ``usage(request)`` meter is kept in ``request.META``."""
+    record = core.response_record(verdict, view, request.META)
+    if record is not None:
+        record.started(response.status_code, response.items())
+    return record
 
 
 def _add_headers(response: HttpResponseBase, verdict: Verdict) -> None:

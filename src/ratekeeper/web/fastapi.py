@@ -35,6 +35,12 @@ request is given back, so a refusal charges nothing anywhere (``web.base.Request
 Several dependencies of one route: a refusal by a later one gives back what the earlier
 ones charged (the headers of an admitted request are the first dependency's).
 
+``response_cost`` (``ratekeeper.web.base``) is settled when FastAPI exits the dependency,
+after the response was sent (its streamed body included): from the headers set on the
+injected ``Response`` (an endpoint that returns its own ``Response`` object: only under the
+decorator above the route decorator, which sees the response itself), else from what the
+endpoint added to ``ratekeeper.web.usage(request)``.
+
 Known limit: FastAPI adds a dependency's headers only to responses it builds from a
 returned value; an endpoint that returns its own ``Response`` object gets none (under the
 middleware it gets the middleware's, which include the dependency's rules).
@@ -135,7 +141,8 @@ class RateLimit:
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[Verdict]:
         if self.core.metrics is not None:
             self.core.metrics.request("fastapi")
-        verdict = await self.core.check(self.view(request))
+        view = self.view(request)
+        verdict = await self.core.check(view)
         ledger: RequestLedger | None = request.scope.get(LEDGER)
         if not verdict.allowed:
             if ledger is not None:  # what the middleware (or another dependency) charged is given back
@@ -150,16 +157,24 @@ class RateLimit:
             for name, value in verdict.headers:
                 response.headers.append(name, value)
         status = 500
+        record = self.core.response_record(verdict, view, request.scope)
         try:
             yield verdict
             status = response.status_code or 200
         except HTTPException as exc:
             status = exc.status_code
             raise
+        except OSError:  # the client went away mid-stream (Starlette's ClientDisconnect): it was answered
+            status = response.status_code or 200
+            raise
         finally:
             # a refusal further in gave this verdict's charges back already
             if verdict.charges and not ledger.refused:
-                await self.core.finish(verdict, status)
+                if record is not None:
+                    # FastAPI exits the dependency after the response was sent (its body
+                    # streamed); the headers it sees are those of the injected Response
+                    record.started(status, response.headers.items())
+                await self.core.finish(verdict, status, record)
 
     def view(self, request: Request) -> RequestView:
         """The core's view of ``request`` (what the key and cost callables see as ``native``)."""
@@ -275,6 +290,11 @@ def _checked_route_app(dependency: RateLimit, app: ASGIApp) -> ASGIApp:
             if message["type"] == "http.response.start":
                 response.status_code = message["status"]
                 message = {**message, "headers": [*message.get("headers", []), *response.headers.raw]}
+                await send(message)
+                # sent: from now on the check's Response holds the route's own headers, for
+                # response_cost to read when the check finishes
+                response.raw_headers = list(message["headers"])
+                return
             await send(message)
 
         try:

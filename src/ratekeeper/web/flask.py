@@ -34,7 +34,9 @@ when every route is registered. A refused request raises ``RateLimitExceeded``, 
 ``verdict`` and ``headers`` say why); without such a handler the client gets the core's
 answer (problem+json body, ``Retry-After``, the rate-limit headers). An admitted request's
 response gets the rate-limit headers; what the core gives back after a response (refunds
-by status, concurrency leases) is given back when the response is closed.
+by status, concurrency leases) is given back when the response is closed, and what it
+cost (``response_cost``: a response header, or what the view added to
+``ratekeeper.web.usage(request)`` while its body streamed) is settled then.
 
 ``flask ratekeeper limits`` lists the routes and the limits of each.
 """
@@ -66,6 +68,7 @@ T = TypeVar("T")
 EXTENSION = "ratekeeper"
 DEFAULT_KEY = "{client_ip}"
 _VERDICT = "_ratekeeper_verdict"
+_VIEW = "_ratekeeper_view"
 # Werkzeug's converters as the core's path templates: int and path have their own kind,
 # every other converter matches one segment (the endpoint check makes the match exact).
 _CONVERTER = re.compile(r"<(?:([a-zA-Z_][a-zA-Z0-9_]*)(?:\([^)]*\))?:)?([a-zA-Z_][a-zA-Z0-9_]*)>")
@@ -263,11 +266,13 @@ class RateLimiter:
             view = _with_route(view, path_template(url_rule.rule), request.view_args or {})
         verdict = core.check(view)
         setattr(g, _VERDICT, verdict)
+        setattr(g, _VIEW, view)
         if not verdict.allowed:
             raise RateLimitExceeded(verdict)
 
     def _after(self, response: Response) -> Response:
         verdict: Verdict | None = g.pop(_VERDICT, None)
+        view: RequestView | None = g.pop(_VIEW, None)
         if verdict is None or verdict.exempt:
             return response
         if not verdict.allowed:
@@ -281,7 +286,12 @@ class RateLimiter:
         core = self.core()
         if core.needs_finish(verdict):
             status = response.status_code
-            response.call_on_close(lambda: core.finish(verdict, status))
+            record = None if view is None else core.response_record(verdict, view, request.environ)
+            if record is not None:
+                record.started(status, response.headers.items())
+            # when the server closes the response: after a streamed body too, or when the
+            # client went away mid-stream (then what the app added to usage() so far)
+            response.call_on_close(lambda: core.finish(verdict, status, record))
         return response
 
     # -- the CLI ------------------------------------------------------------------------

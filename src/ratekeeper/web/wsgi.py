@@ -17,7 +17,10 @@ here as keywords) with the blocking ``Limiter``, before the app sees it:
   ``exc_info`` included. Its body iterable is returned as it is, chunk for chunk, unless
   something must happen after the response (a refund by status, a concurrency lease to
   release): then it is wrapped in an iterable that yields the same chunks and whose
-  ``close()`` closes the app's iterable first and then gives back what is due;
+  ``close()`` closes the app's iterable first and then gives back what is due, and
+  settles what the response cost (``response_cost``: its header, or what the app added
+  to ``ratekeeper.web.usage(environ)`` while it streamed; a server calls ``close()`` also
+  when the client went away mid-stream, so that is what was streamed so far);
 - exempt, or no rule applies: the app is called with the environ and ``start_response``
   untouched.
 
@@ -40,6 +43,7 @@ from typing import Any
 from ratekeeper.errors import RateKeeperError
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.request import RequestView, Verdict
+from ratekeeper.web.settle import ResponseRecord
 
 __all__ = ["EnvironHeaders", "WSGIRateLimitMiddleware", "request_view"]
 
@@ -133,7 +137,8 @@ class WSGIRateLimitMiddleware:
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self.core.metrics is not None:
             self.core.metrics.request("wsgi")
-        verdict = self.core.check(request_view(environ))
+        view = request_view(environ)
+        verdict = self.core.check(view)
         if not verdict.allowed:
             return self._deny(verdict, start_response)
         if verdict.exempt or not (verdict.headers or verdict.charges):
@@ -145,30 +150,39 @@ class WSGIRateLimitMiddleware:
                 return start_response(status, [*headers, *extra], exc_info)
 
             return self.app(environ, add_headers)
-        return self._call_finishing(environ, start_response, verdict, extra)
+        record = self.core.response_record(verdict, view, environ)
+        return self._call_finishing(environ, start_response, verdict, extra, record)
 
     def _call_finishing(
-        self, environ: Environ, start_response: StartResponse, verdict: Verdict, extra: list[tuple[str, str]]
+        self,
+        environ: Environ,
+        start_response: StartResponse,
+        verdict: Verdict,
+        extra: list[tuple[str, str]],
+        record: ResponseRecord | None,
     ) -> Iterable[bytes]:
-        """Call the app; give back what its final status calls for when its body is closed."""
+        """Call the app; give back what its final status calls for, and settle what the
+        response cost (``response_cost``), when its body is closed."""
         seen: list[int] = []
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None) -> Any:
             seen.append(_status_code(status))  # the last call wins: an error page replaces the first
+            if record is not None:
+                record.started(seen[-1], headers)
             return start_response(status, [*headers, *extra], exc_info)
 
         try:
             body = self.app(environ, start)
         except BaseException:
-            self._finish(verdict, 500)
+            self._finish(verdict, 500, record)
             raise
-        return _Finishing(body, lambda: self._finish(verdict, seen[-1] if seen else 500))
+        return _Finishing(body, lambda: self._finish(verdict, seen[-1] if seen else 500, record))
 
-    def _finish(self, verdict: Verdict, status: int) -> None:
+    def _finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
         # The response is on its way: a store that fails to take the refund must not turn
         # it into an error. The limiter's failure policy has already been applied.
         try:
-            self.core.finish(verdict, status)
+            self.core.finish(verdict, status, record)
         except RateKeeperError:
             log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
 
