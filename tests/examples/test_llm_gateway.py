@@ -82,7 +82,7 @@ def test_the_demo_settles_streams_refuses_the_key_in_debt_and_not_the_other(tmp_
     assert other["remaining"] == 1000 - other["settled"]
     # a stream the client cut: settled with what the server had produced, not what was asked
     assert cut["status"] == 200 and cut["streamed"] == 20
-    assert 20 <= cut["completion_tokens"] < 500
+    assert 20 <= cut["completion_tokens"] < 2000
     assert cut["settled"] == cut["prompt_tokens"] + cut["completion_tokens"]
     assert cut["remaining"] == other["remaining"] - cut["settled"]
     # Retry-After later: admitted again
