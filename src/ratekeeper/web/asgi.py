@@ -23,7 +23,8 @@ every request instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, MutableMapping
 from typing import Any, Unpack
 
 from ratekeeper.errors import ConfigurationError
@@ -33,7 +34,9 @@ from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
-__all__ = ["RateLimitMiddleware", "request_view", "send_verdict"]
+__all__ = ["RateLimitMiddleware", "request_view", "run_shielded", "send_verdict"]
+
+log = logging.getLogger("ratekeeper.web")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -124,8 +127,10 @@ class RateLimitMiddleware:
                 record.trailed(message.get("headers", ()))
             await send(message)
             if record is not None and _ends(message, record.expects_trailers) and not ledger.refused:
-                # the response ended: settled now, not when the app returns (it may go on working)
-                await core.finish(verdict, status, record)
+                # The response ended: settled now, not when the app returns (it may go on
+                # working). In a task of its own: Starlette cancels its streaming task as soon
+                # as the server reports the finished response, which may be right now.
+                await run_shielded(core.finish(verdict, status, record))
 
         try:
             await self.app(scope, receive, send_with_headers)
@@ -158,18 +163,30 @@ async def _finish_shielded(
 ) -> None:
     """``core.finish``, run to its end also when the request's task is being cancelled (the
     client went away mid-stream): what the app streamed so far is settled, leases released.
-    A task of its own only then: an await in a cancelled task is cancelled again."""
+    A task of its own only when it may be cancelled: a settlement, or a cancelled caller."""
     current = asyncio.current_task()
-    if current is None or not current.cancelling():
+    if record is None and (current is None or not current.cancelling()):
         await core.finish(verdict, status, record)
         return
-    task = asyncio.ensure_future(core.finish(verdict, status, record))
+    await run_shielded(core.finish(verdict, status, record))
+
+
+async def run_shielded(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end in a task of its own, even when the caller is cancelled
+    meanwhile (the caller's ``CancelledError`` is raised, ``work`` goes on)."""
+    task = asyncio.ensure_future(work)
     _FINISHING.add(task)  # the loop keeps only a weak reference to a task
-    task.add_done_callback(_FINISHING.discard)
+    task.add_done_callback(_finished)
     await asyncio.shield(task)
 
 
 _FINISHING: set[asyncio.Future[None]] = set()
+
+
+def _finished(task: asyncio.Future[None]) -> None:
+    _FINISHING.discard(task)
+    if not task.cancelled() and task.exception() is not None:  # retrieved: its caller may be gone
+        log.warning("ratekeeper: finishing a request after its response failed", exc_info=task.exception())
 
 
 async def _fail_startup(receive: Receive, send: Send, error: Exception) -> None:

@@ -68,7 +68,7 @@ from ratekeeper.errors import InvalidLimit
 from ratekeeper.limit import Limit
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
-from ratekeeper.web.asgi import request_view
+from ratekeeper.web.asgi import request_view, run_shielded
 from ratekeeper.web.base import LEDGER, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.request import RequestView, Verdict
@@ -174,7 +174,10 @@ class RateLimit:
                     # FastAPI exits the dependency after the response was sent (its body
                     # streamed); the headers it sees are those of the injected Response
                     record.started(status, response.headers.items())
-                await self.core.finish(verdict, status, record)
+                if record is None:
+                    await self.core.finish(verdict, status, record)
+                else:  # to its end, also when the request's task is cancelled meanwhile
+                    await run_shielded(self.core.finish(verdict, status, record))
 
     def view(self, request: Request) -> RequestView:
         """The core's view of ``request`` (what the key and cost callables see as ``native``)."""

@@ -255,7 +255,7 @@ def real_cost(source: CostSource, record: ResponseRecord) -> int | None:
             log.exception("ratekeeper: response_cost's callable raised; the request keeps what it was charged")
             answer = None
         if answer is not None:
-            cost = settled_cost(answer)
+            cost = settled_cost(answer) if isinstance(answer, int) else None  # an int, as the option says
             if cost is not None:
                 return cost
             _warn_once(
