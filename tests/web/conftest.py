@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from ratekeeper import Rule
-from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
+from ratekeeper.config.model import CLIENT_ADDRESS_KEY, HttpRule, KeyTemplate, Match, PathTemplate
 
 PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 RUN = uuid.uuid4().hex[:10]
@@ -25,18 +25,19 @@ def http_rule(
     *,
     path: str | None = None,
     methods: tuple[str, ...] = (),
-    key: str = "",
+    key: str | None = None,
     cost: int | str = 1,
     shadow: bool = False,
     algorithm: str = "gcra",
     on_error: str | None = None,
 ) -> HttpRule:
-    """An ``HttpRule`` as a rules file would give it."""
+    """An ``HttpRule`` as a rules file would give it: without ``key``, keyed by the
+    client's address; ``key="*"``: one global key."""
     match = Match(frozenset(m.upper() for m in methods), (PathTemplate.parse(path),) if path else ())
     return HttpRule(
         Rule(name, limits, algorithm, on_error=on_error),
         match,
-        KeyTemplate.parse(key),
+        CLIENT_ADDRESS_KEY if key is None else KeyTemplate.parse(key),
         KeyTemplate.parse(cost) if isinstance(cost, str) else cost,
         shadow,
     )

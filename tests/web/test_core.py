@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.config.model import HttpRule, KeyTemplate
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.testing import FakeClock
 from ratekeeper.web.core import RateLimitCore
@@ -223,8 +224,13 @@ def test_a_store_that_is_down_follows_each_rules_on_error() -> None:
     assert [] == [h for h in read.headers if "ratelimit" in h[0].lower()]
 
 
-def test_rules_given_as_bare_rules_apply_to_every_request_with_one_key() -> None:
-    c = core([Rule("global", "2/minute")])
+def test_rules_given_as_bare_rules_apply_to_every_request_keyed_by_client_address() -> None:
+    c = core([Rule("per_client", "2/minute")])
+    assert [200, 200, 200, 429] == statuses(c, [get("/a"), get("/b", peer="192.0.2.9"), get("/c"), get("/d")])
+
+
+def test_a_star_key_is_one_budget_for_every_client() -> None:
+    c = core([HttpRule(Rule("global", "2/minute"), key=KeyTemplate.parse("*"))])
     assert [200, 200, 429] == statuses(c, [get("/a"), get("/b", peer="192.0.2.9"), get("/c")])
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ratekeeper import Rule
-from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
+from ratekeeper.config.model import CLIENT_ADDRESS_KEY, HttpRule, KeyTemplate, Match, PathTemplate
 
 __all__ = ["DENY_RESPONSES", "http_rule", "load", "metrics", "middleware_kwargs"]
 
@@ -30,7 +30,8 @@ def http_rule(spec: dict[str, Any]) -> HttpRule:
     return HttpRule(
         rule=Rule(spec["name"], spec["limits"], spec.get("algorithm", "gcra")),
         match=match,
-        key=KeyTemplate.parse(spec.get("key", "")),
+        # no "key": the client's address, as a rules file without key (``"*"``: one global key)
+        key=KeyTemplate.parse(spec["key"]) if "key" in spec else CLIENT_ADDRESS_KEY,
         cost=cost if isinstance(cost, int) else KeyTemplate.parse(cost),
         shadow=bool(spec.get("shadow", False)),
     )
