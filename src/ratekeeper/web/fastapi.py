@@ -296,7 +296,7 @@ def _checked_route_app(dependency: RateLimit, app: ASGIApp) -> ASGIApp:
                 await send(message)
                 # sent: from now on the check's Response holds the route's own headers, for
                 # response_cost to read when the check finishes
-                response.raw_headers = list(message["headers"])
+                response.headers.raw[:] = list(message["headers"])
                 return
             await send(message)
 
