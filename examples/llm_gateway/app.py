@@ -38,6 +38,7 @@ import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -318,7 +319,13 @@ def create_app(
             }
         )
 
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await limiter.aclose()  # the middleware closes only a store it opened itself
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/v1/completions", completions, methods=["POST"]),
             Route("/v1/usage", usage_page, methods=["GET"]),

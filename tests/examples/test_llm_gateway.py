@@ -253,11 +253,6 @@ def test_a_request_without_an_api_key_is_refused_not_served_unlimited(on_memory:
 
 
 @pytest.mark.redis
-@pytest.mark.xfail(
-    reason="the ASGI middleware settles a Starlette stream inside its cancelled stream task: on Redis the "
-    "charge is cancelled (Starlette's disconnect listener cancels the task group once the body ended)",
-    strict=True,
-)
 def test_on_redis_the_settlements_leave_the_exact_amounts(tmp_path: Path, key_prefix: str) -> None:
     import redis
 
