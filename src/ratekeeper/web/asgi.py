@@ -5,7 +5,9 @@ body. An HTTP request is decided before the app sees it; a refused one is answer
 (the 429 of ``AsyncRateLimitCore``) and never reaches the app; an admitted one goes through
 with ``send`` wrapped only to add the rate-limit headers to ``http.response.start`` and to
 learn the status, so streaming responses stream. Websockets and lifespan pass through
-untouched (lifespan's shutdown also closes the limiter's store).
+untouched (lifespan's shutdown also closes the limiter's store). With ``response_cost``
+(``ratekeeper.web.settle``) the response is settled right after its last body message (or
+its trailers), else when the app returns, raises or is cancelled.
 
 Path parameters come from the rules' own path templates; when a rule needs one its
 template lacks, or ``{route}``, the app's routes are asked (``scope["route"]`` when the
@@ -164,6 +166,8 @@ async def _finish_shielded(
     """``core.finish``, run to its end also when the request's task is being cancelled (the
     client went away mid-stream): what the app streamed so far is settled, leases released.
     A task of its own only when it may be cancelled: a settlement, or a cancelled caller."""
+    if record is not None and record.claimed:
+        return  # settled at the end of the body: nothing is left to do
     current = asyncio.current_task()
     if record is None and (current is None or not current.cancelling()):
         await core.finish(verdict, status, record)

@@ -195,6 +195,11 @@ class ResponseRecord:
         """Trailers the app sent after the body."""
         self._trailers.extend(trailers)
 
+    @property
+    def claimed(self) -> bool:
+        """Whether it was settled (or is being settled) already."""
+        return self._done
+
     def claim(self) -> bool:
         """True the first time only: the caller settles, no one else will."""
         with self._lock:
