@@ -11,7 +11,10 @@ its trailers), else when the app returns, raises or is cancelled.
 
 Path parameters come from the rules' own path templates; when a rule needs one its
 template lacks, or ``{route}``, the app's routes are asked (``scope["route"]`` when the
-framework set it, else a Starlette-style ``app.routes`` match), only then.
+framework set it, else a Starlette-style ``app.routes`` match), only then. ``{user}`` is
+Starlette's ``scope["user"]`` (its ``AuthenticationMiddleware``, placed before this one)
+unless a ``user=`` callable says otherwise; when the first request's scope has no
+``"user"``, each rule whose key needs it is warned once (``ratekeeper.web.keyable``).
 
 A configuration that cannot be used (a rules file that fails to load, a bad option) is
 not raised from the constructor: Starlette and FastAPI build their middleware when the
@@ -33,6 +36,7 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import LEDGER, CoreOptions, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.keyable import NO_SCOPE_USER, Provides
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
@@ -47,6 +51,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+ASGI_PROVIDES = Provides("the ASGI middleware")
+"""Every part at start: ``{route}`` from the app's routes; ``{user}`` is looked for in the
+first request's scope (``NO_SCOPE_USER`` when it has none)."""
+
+
 class RateLimitMiddleware:
     """Rate limits an ASGI app with the rules ``rules`` (see ``ratekeeper.web.base`` for
     every option); ``app.add_middleware(RateLimitMiddleware, rules="rules.yaml",
@@ -58,9 +67,12 @@ class RateLimitMiddleware:
         # The options are typed (``CoreOptions``), not ``**options: Any``, so that type checkers
         # check ``app.add_middleware(RateLimitMiddleware, rules=..., store=...)``.
         self.app = app
+        self._scope_checked = False  # whether the first request's scope was looked at for "user"
         self.startup_error: Exception | None = None
         try:
-            self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(rules, limiter=limiter, **options)
+            self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(
+                rules, limiter=limiter, provides=ASGI_PROVIDES, **options
+            )
         except (ConfigurationError, OSError) as exc:
             self._core = None
             self.startup_error = exc
@@ -85,6 +97,10 @@ class RateLimitMiddleware:
             await self.app(scope, receive, send)
             return
         core = self.core
+        if not self._scope_checked:
+            self._scope_checked = True
+            if "user" not in scope:
+                core.part_missing("user", NO_SCOPE_USER)
         if core.metrics is not None:
             core.metrics.request("asgi")
         outer: RequestLedger | None = scope.get(LEDGER)

@@ -28,7 +28,10 @@ Options (the same names in every integration):
 - ``rules``: a path to a native-form rules file (checked for changes every
   ``reload_interval`` seconds, 1.0; a file that fails validation is refused and the old
   rules stay), a ``RuleSet``, or a list of ``HttpRule`` / ``Rule`` (a bare ``Rule``
-  applies to every request, with one global key): ``ratekeeper.config.rules_from``.
+  applies to every request, keyed by the client's address like a rule without ``key``;
+  ``key: "*"`` is one global key): ``ratekeeper.config.rules_from``. A rule whose key
+  the integration can never build (``provides``, ``ratekeeper.web.keyable``) is a
+  ``ConfigurationError`` here, and an error in the log when a reload brings it.
 - ``store`` (URL or store object; default ``memory://``) or ``limiter`` (a ``Limiter`` for
   sync integrations, an ``AsyncLimiter`` for async ones). ``on_error`` is the limiter's
   failure policy for rules without their own (default ``"allow"``: a web site stays up
@@ -112,6 +115,7 @@ from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, Step, transaction
 from ratekeeper.web.client_ip import ClientAddress, Networks
 from ratekeeper.web.headers import HeaderOptions, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.keyable import EVERYTHING, KeyReport, Lack, Provides
 from ratekeeper.web.options import (
     MISSING_COST,
     CostOption,
@@ -208,7 +212,16 @@ class BaseRateLimitCore(Generic[L]):
     limiter_class: type[L]
     """The limiter the subclass decides with: ``Limiter`` or ``AsyncLimiter``."""
 
-    def __init__(self, rules: Any, *, limiter: L | None = None, **options: Unpack[CoreOptions]) -> None:
+    def __init__(
+        self,
+        rules: Any,
+        *,
+        limiter: L | None = None,
+        provides: Provides = EVERYTHING,
+        **options: Unpack[CoreOptions],
+    ) -> None:
+        """``provides``: what the integration can give key templates, for the start-time
+        check of rules it could never key (``ratekeeper.web.keyable``; integrations pass theirs)."""
         unknown_options = options.keys() - CoreOptions.__optional_keys__
         if unknown_options:
             raise TypeError(f"{type(self).__name__}() got unexpected options: {', '.join(sorted(unknown_options))}")
@@ -261,6 +274,12 @@ class BaseRateLimitCore(Generic[L]):
         self.deny_response = options.get("deny_response")
         self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0))
         self._reported: RuleSet | None = None
+        # A key= callable builds every key itself: no template to check then.
+        self._keys = (
+            None
+            if self.key is not None
+            else KeyReport(provides if self.user is None else provides.with_part("user"), log)
+        )
         self._stepped: RuleSet | None = None
         self._step_list: tuple[_Step, ...] = ()
         self._report_rules(self._source.current())
@@ -278,12 +297,21 @@ class BaseRateLimitCore(Generic[L]):
             self._report_rules(ruleset)
         return ruleset
 
+    def part_missing(self, part: str, lack: Lack) -> None:
+        """An integration found at a request that it cannot provide ``part`` as it hoped
+        (ASGI: the scope has no ``"user"``): warn once for each rule whose key needs it."""
+        if self._keys is not None and not (part == "user" and self.user is not None):
+            self._keys.missing(self.rules, part, lack)
+
     def _is_shadow(self, rule: HttpRule) -> bool:
         return self.shadow_all or rule.shadow or rule.name in self.shadow_names
 
     def _report_rules(self, ruleset: RuleSet) -> None:
         """Tell the metrics which rules are in force (only they get a label of their own)
-        and which of them are in shadow mode."""
+        and which of them are in shadow mode; refuse (at start) or log (on a reload) the
+        rules whose key can never be built here."""
+        if self._keys is not None:
+            self._keys.check(ruleset, at_start=self._reported is None)
         self._reported = ruleset
         if self.metrics is None:
             return

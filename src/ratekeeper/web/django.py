@@ -64,6 +64,7 @@ from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.headers import rate_limit_headers, retry_after_seconds
+from ratekeeper.web.keyable import Provides, django_user_lack
 from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
@@ -94,6 +95,15 @@ def settings_options() -> dict[str, Any]:
     if isinstance(rules, str) and base is not None and not Path(rules).is_absolute():
         options["rules"] = str(Path(base) / rules)
     return options
+
+
+def django_provides() -> Provides:
+    """What key templates get here: ``{user}`` as ``settings.MIDDLEWARE`` allows (only a
+    middleware listed before this one can set ``request.user``: ``keyable.django_user_lack``)."""
+    from django.conf import settings
+
+    lack = django_user_lack(getattr(settings, "MIDDLEWARE", None) or ())
+    return Provides("the Django middleware", {} if lack is None else {"user": lack})
 
 
 def _user_id(user: Any) -> str | None:
@@ -197,9 +207,9 @@ class RateLimitMiddleware:
         self.core: BaseRateLimitCore[Any]
         if self.is_async:
             markcoroutinefunction(self)
-            self.core = self.async_core = AsyncRateLimitCore(**settings_options())
+            self.core = self.async_core = AsyncRateLimitCore(**settings_options(), provides=django_provides())
         else:
-            self.core = self.sync_core = RateLimitCore(**settings_options())
+            self.core = self.sync_core = RateLimitCore(**settings_options(), provides=django_provides())
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:

@@ -71,6 +71,7 @@ from ratekeeper.rule import Rule
 from ratekeeper.web.asgi import request_view, run_shielded
 from ratekeeper.web.base import LEDGER, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
+from ratekeeper.web.keyable import NO_SCOPE_USER, Provides
 from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["RateLimit", "RateLimited", "install", "limit", "rate_limited_response"]
@@ -108,6 +109,10 @@ def _http_rules(rules: Any, key: str | Callable[[Request], str | None] | None) -
     return [HttpRule(item, key=template) if isinstance(item, Rule) else item for item in items]
 
 
+FASTAPI_PROVIDES = Provides("the FastAPI dependency")
+"""As the ASGI middleware: the route is known; ``{user}`` looked for in the first request's scope."""
+
+
 class RateLimit:
     """A dependency that charges ``rules`` for each request of the endpoints using it.
 
@@ -136,9 +141,16 @@ class RateLimit:
             options["cost"] = lambda view, rule: cost_fn(view.native)
         elif cost is not None:
             options["cost"] = cost
-        self.core = AsyncRateLimitCore(_http_rules(rules, key), store=store, limiter=limiter, **options)
+        self.core = AsyncRateLimitCore(
+            _http_rules(rules, key), store=store, limiter=limiter, provides=FASTAPI_PROVIDES, **options
+        )
+        self._scope_checked = False  # whether the first request's scope was looked at for "user"
 
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[Verdict]:
+        if not self._scope_checked:
+            self._scope_checked = True
+            if "user" not in request.scope:  # as the ASGI middleware: warn once per rule needing {user}
+                self.core.part_missing("user", NO_SCOPE_USER)
         if self.core.metrics is not None:
             self.core.metrics.request("fastapi")
         view = self.view(request)

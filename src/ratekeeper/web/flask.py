@@ -58,6 +58,7 @@ from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
 from ratekeeper.config.sources import rules_from
 from ratekeeper.rule import DEFAULT_ALGORITHM, Rule
 from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.keyable import REMOTE_USER, Provides
 from ratekeeper.web.request import RequestView, Verdict
 from ratekeeper.web.wsgi import request_view
 
@@ -67,6 +68,9 @@ T = TypeVar("T")
 
 EXTENSION = "ratekeeper"
 DEFAULT_KEY = "{client_ip}"
+FLASK_PROVIDES = Provides("the Flask extension", {"user": REMOTE_USER})
+"""What key templates get here: ``{route}`` from Flask's URL rule, ``{user}`` only from
+``REMOTE_USER`` unless a ``user=`` option says otherwise (``ratekeeper.web.keyable``)."""
 _VERDICT = "_ratekeeper_verdict"
 _VIEW = "_ratekeeper_view"
 # Werkzeug's converters as the core's path templates: int and path have their own kind,
@@ -247,7 +251,8 @@ class RateLimiter:
         def exempt(view: Any) -> bool:
             return self._is_exempt(app) or (user_exempt is not None and bool(user_exempt(view)))
 
-        return RateLimitCore([*app_rules, *self.route_rules(app)], exempt=exempt, **options)
+        rules = [*app_rules, *self.route_rules(app)]
+        return RateLimitCore(rules, exempt=exempt, provides=FLASK_PROVIDES, **options)
 
     def _is_exempt(self, app: Flask) -> bool:
         if request.blueprint is not None and any(bp in self._exempt_blueprints for bp in request.blueprints):
@@ -370,4 +375,4 @@ def _applies(rule: HttpRule, template: str) -> bool:
 
 def _summary(rule: HttpRule) -> str:
     limits = ", ".join(str(limit) for limit in rule.rule.limits)
-    return f"{rule.name}: {limits} by {rule.key.source or '*'}"
+    return f"{rule.name}: {limits} by {rule.key.describe()}"

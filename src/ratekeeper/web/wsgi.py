@@ -28,8 +28,11 @@ What the rules see of a request: the path is ``SCRIPT_NAME + PATH_INFO`` (what t
 client asked for, also when the app is mounted under a prefix), the peer is
 ``REMOTE_ADDR``, headers are the ``HTTP_*`` variables plus ``CONTENT_TYPE`` /
 ``CONTENT_LENGTH``, ``{user}`` is ``REMOTE_USER`` unless a ``user=`` callable (given the
-``RequestView``, whose ``native`` is the environ) says otherwise. WSGI has no router the
-middleware could ask, so ``{route}`` is unknown here: a rule keyed by it is skipped.
+``RequestView``, whose ``native`` is the environ) says otherwise (without one, a rule
+keyed by ``{user}`` alone is warned at start: only the server sets ``REMOTE_USER``). WSGI
+has no router the middleware could ask, so ``{route}`` is unknown here: a rule whose key
+needs it (and has no fallback such as ``{route|client_ip}``) is a ``ConfigurationError``
+at start (``WSGI_PROVIDES``, ``ratekeeper.web.keyable``); the Flask extension knows routes.
 """
 
 from __future__ import annotations
@@ -42,10 +45,11 @@ from typing import Any
 
 from ratekeeper.errors import RateKeeperError
 from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.keyable import NO_ROUTER, REMOTE_USER, Provides
 from ratekeeper.web.request import RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
-__all__ = ["EnvironHeaders", "WSGIRateLimitMiddleware", "request_view"]
+__all__ = ["WSGI_PROVIDES", "EnvironHeaders", "WSGIRateLimitMiddleware", "request_view"]
 
 Environ = dict[str, Any]
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tuple[None, None, None]
@@ -121,6 +125,10 @@ def request_view(environ: Environ) -> RequestView:
     )
 
 
+WSGI_PROVIDES = Provides("the WSGI middleware", {"route": NO_ROUTER, "user": REMOTE_USER})
+"""What key templates get here: no ``{route}`` ever, ``{user}`` only from ``REMOTE_USER``."""
+
+
 class WSGIRateLimitMiddleware:
     """A WSGI app that rate-limits ``app`` by ``rules`` (see the module docstring).
 
@@ -132,7 +140,7 @@ class WSGIRateLimitMiddleware:
 
     def __init__(self, app: WSGIApp, rules: Any, store: Any = "memory://", **options: Any) -> None:
         self.app = app
-        self.core = RateLimitCore(rules, store=store, **options)
+        self.core = RateLimitCore(rules, store=store, provides=WSGI_PROVIDES, **options)
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
         if self.core.metrics is not None:

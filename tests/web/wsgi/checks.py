@@ -45,9 +45,11 @@ PARTNER = ["1/3s"]
 """The partner scenario's limit (USERS.md 1)."""
 
 
-def common_rules(suffix: str = "") -> list[dict[str, Any]]:
-    """The rules every test app runs (names end with ``suffix``: unique per shared store)."""
-    return [
+def common_rules(suffix: str = "", *, router: bool = True) -> list[dict[str, Any]]:
+    """The rules every test app runs (names end with ``suffix``: unique per shared store).
+    Without a ``router`` (the plain WSGI middleware) the ``{route}`` rule is left out: it
+    is refused there at start (tests/web/test_unkeyable_web.py)."""
+    rules = [
         *(
             {"name": f"{v}{suffix}", "methods": ["GET"], "path": f"/{v}/{{user}}", "key": KEY, "limits": PARTNER}
             for v in ("items", "aitems")
@@ -63,6 +65,7 @@ def common_rules(suffix: str = "") -> list[dict[str, Any]]:
         {"name": f"ip{suffix}", "path": "/ip", "key": "{client_ip}", "limits": ["1/minute"]},
         {"name": f"kw{suffix}", "path": "/kw/*", "key": "{path.user}", "limits": ["1/minute"]},
     ]
+    return rules if router else [r for r in rules if r["key"] != "{route}"]
 
 
 async def _burst(url: str, n: int, headers: dict[str, str] | None) -> list[httpx.Response]:

@@ -27,7 +27,9 @@ TARGETS = {
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """One server on the memory store; ``server.name`` says which of TARGETS it is."""
     kind, target = TARGETS[request.param]
-    config = {"store": "memory://", "rules": common_rules(), "options": OPTIONS, "metrics": True}
+    # Flask here is served by the plain WSGI middleware: no router, so no {route} rule
+    rules = common_rules(router=request.param != "flask")
+    config = {"store": "memory://", "rules": rules, "options": OPTIONS, "metrics": True}
     app = AppServer(target, config, tmp_path_factory.mktemp(request.param), kind=kind, name=request.param)
     with app:
         yield app

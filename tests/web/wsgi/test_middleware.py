@@ -144,8 +144,9 @@ def test_path_params_from_the_django_resolver(server: AppServer) -> None:
 
 
 @flask_only
-def test_flask_has_no_route_so_a_route_keyed_rule_is_skipped(server: AppServer) -> None:
-    """Plain WSGI knows no route before the app runs: ``{route}`` is missing and the rule is skipped."""
+def test_flask_under_the_wsgi_middleware_has_no_route_rule(server: AppServer) -> None:
+    """Plain WSGI knows no route before the app runs: a ``{route}`` rule is refused at start
+    (tests/web/test_unkeyable_web.py), so this server runs without one and /r/ is unlimited."""
     for _ in range(2):
         response = httpx.get(f"{server.url}/r/{fresh()}")
         assert response.status_code == 200

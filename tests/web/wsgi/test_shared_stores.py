@@ -63,7 +63,7 @@ def sustained_load(server: AppServer) -> None:
 
 
 def flask_on(store: str, suffix: str, tmp_path: Path) -> AppServer:
-    config = {"store": store, "rules": common_rules(suffix), "options": OPTIONS}
+    config = {"store": store, "rules": common_rules(suffix, router=False), "options": OPTIONS}
     return AppServer("web.wsgi.flask_app:app", config, tmp_path, workers=2, name="flask-2w")
 
 
