@@ -19,6 +19,8 @@ from ratekeeper.web.headers import (
     HeaderOptions,
     header_names,
     rate_limit_headers,
+    ratelimit_fields,
+    x_ratelimit_fields,
 )
 
 DASHED = {
@@ -167,3 +169,15 @@ def test_names_built_in_code_are_checked_as_well() -> None:
         HeaderOptions(names=HeaderNames(limit="Same", remaining="Same"))
     with pytest.raises(ConfigurationError, match="not an HTTP field name"):
         HeaderOptions(names=DEFAULT_NAMES._replace(reset="bad name"))
+
+
+def test_the_field_functions_take_the_names_too() -> None:
+    """``ratelimit_fields`` and ``x_ratelimit_fields``, as the service's callers use them."""
+    decision = enforced(["20/minute", "5/3s"], 1)[0][1]
+    names = header_names({"RateLimit-Policy": None, "RateLimit": "Quota", "X-RateLimit-Reset": None})
+    assert [name for name, _ in ratelimit_fields([decision], names)] == ["Quota"]
+    assert [name for name, _ in x_ratelimit_fields([decision], names=names)] == [
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+    ]
+    assert [name for name, _ in ratelimit_fields([decision])] == ["RateLimit-Policy", "RateLimit"]

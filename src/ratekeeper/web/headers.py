@@ -58,7 +58,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
@@ -243,6 +243,17 @@ def _check_distinct(names: HeaderNames) -> None:
             )
 
 
+def _sent(names: HeaderNames) -> tuple[str, str, str, str, str]:
+    """``names`` with ``""`` for a field left out."""
+    policy, ratelimit, limit, remaining, reset = (name or "" for name in names)
+    return policy, ratelimit, limit, remaining, reset
+
+
+def _present(fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``fields`` without those left out (built under ``""``)."""
+    return [f for f in fields if f[0]]
+
+
 @dataclass(frozen=True, slots=True)
 class HeaderOptions:
     """Which headers to send, how ``X-RateLimit-Reset`` counts, and the names the fields
@@ -252,6 +263,10 @@ class HeaderOptions:
     x_ratelimit: bool = True
     reset: Literal["seconds", "epoch"] = "seconds"
     names: HeaderNames = DEFAULT_NAMES
+    sent: tuple[str, str, str, str, str] = field(init=False, repr=False, compare=False)
+    """``names`` with ``""`` for a field left out: what a request builds its fields with."""
+    partial: bool = field(init=False, repr=False, compare=False)
+    """Whether a field is left out: then the built fields named ``""`` are dropped."""
 
     def __post_init__(self) -> None:
         if self.reset not in ("seconds", "epoch"):
@@ -260,6 +275,8 @@ class HeaderOptions:
             )
         if self.names is not DEFAULT_NAMES:  # built in code, not by header_names(): checked all the same
             header_names(dict(zip(_FIELDS, self.names, strict=True)))
+        object.__setattr__(self, "sent", _sent(self.names))
+        object.__setattr__(self, "partial", None in self.names)
 
 
 DEFAULT_HEADERS = HeaderOptions()
@@ -339,7 +356,13 @@ def _policy(rule: str, limits: tuple[Limit, ...]) -> tuple[tuple[tuple[int, str]
 
 def ratelimit_fields(decisions: Iterable[Decision], names: HeaderNames = DEFAULT_NAMES) -> list[tuple[str, str]]:
     """``RateLimit-Policy`` and ``RateLimit`` for the advertised decisions of one request,
-    under ``names``.
+    under ``names``."""
+    sent = _sent(names)
+    return _present(_ratelimit_fields(decisions, sent[0], sent[1]))
+
+
+def _ratelimit_fields(decisions: Iterable[Decision], policy_name: str, ratelimit_name: str) -> list[tuple[str, str]]:
+    """``ratelimit_fields``, a field left out built under ``""`` (see ``HeaderOptions.sent``).
 
     One member per policy: when several decisions of a request share a rule and limits
     (a batch checking several keys of one rule), the field names the policy once and
@@ -363,12 +386,10 @@ def ratelimit_fields(decisions: Iterable[Decision], names: HeaderNames = DEFAULT
                 state[item] = (r, t)
     if not policy:
         return []
-    fields: list[tuple[str, str]] = []
-    if names.policy is not None:
-        fields.append((names.policy, ", ".join(policy)))
-    if names.ratelimit is not None:
-        fields.append((names.ratelimit, ", ".join([f"{item};r={r};t={t}" for item, (r, t) in state.items()])))
-    return fields
+    return [
+        (policy_name, ", ".join(policy)),
+        (ratelimit_name, ", ".join([f"{item};r={r};t={t}" for item, (r, t) in state.items()])),
+    ]
 
 
 _last_policy: list[tuple[str, tuple[Limit, ...], tuple[tuple[tuple[int, str], ...], str]]] = []
@@ -412,26 +433,20 @@ def x_ratelimit_fields(
     """``X-RateLimit-Limit``, ``-Remaining`` and ``-Reset`` for the advertised decisions,
     under ``names``; ``reset``: ``"seconds"`` from now or ``"epoch"`` (Unix time, ``now()``
     the clock)."""
+    return _present(_x_ratelimit_fields(decisions, reset, now, _sent(names)))
+
+
+def _x_ratelimit_fields(
+    decisions: Sequence[Decision], reset: str, now: Callable[[], float], sent: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """``x_ratelimit_fields``, a field left out built under ``""`` (see ``HeaderOptions.sent``)."""
     reported = _reported(decisions)
     if reported is None:
         return []
     d, i = reported
     t = _limit_t(d, i)
-    return _x_fields(names, d.rule_limits[i].count, _limit_r(d, i), t if reset == "seconds" else math.ceil(now()) + t)
-
-
-def _x_fields(names: HeaderNames, limit: int, remaining: int, reset: int) -> list[tuple[str, str]]:
-    _, _, limit_name, remaining_name, reset_name = names
-    if names is DEFAULT_NAMES:  # the usual case: no test per field
-        return [(limit_name, str(limit)), (remaining_name, str(remaining)), (reset_name, str(reset))]  # type: ignore[list-item]
-    fields: list[tuple[str, str]] = []
-    if limit_name is not None:
-        fields.append((limit_name, str(limit)))
-    if remaining_name is not None:
-        fields.append((remaining_name, str(remaining)))
-    if reset_name is not None:
-        fields.append((reset_name, str(reset)))
-    return fields
+    value = t if reset == "seconds" else math.ceil(now()) + t
+    return [(sent[2], str(d.rule_limits[i].count)), (sent[3], str(_limit_r(d, i))), (sent[4], str(value))]
 
 
 def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], float]) -> list[tuple[str, str]]:
@@ -440,18 +455,18 @@ def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], flo
     remaining count and seconds, so each is worked out once."""
     r, t = _limit_r(d, 0), _limit_t(d, 0)
     headers: list[tuple[str, str]] = []
-    names = options.names
+    policy_name, ratelimit_name, limit_name, remaining_name, reset_name = options.sent
     if options.ratelimit:
         items, members = _rule_policy(d.rule, d.rule_limits)
         if items:
-            policy_name, ratelimit_name = names[0], names[1]
-            if policy_name is not None:
-                headers.append((policy_name, members))
-            if ratelimit_name is not None:
-                headers.append((ratelimit_name, f"{items[0][1]};r={r};t={t}"))
+            headers += [(policy_name, members), (ratelimit_name, f"{items[0][1]};r={r};t={t}")]
     if options.x_ratelimit:
         reset = t if options.reset == "seconds" else math.ceil(now()) + t
-        headers += _x_fields(names, d.rule_limits[0].count, r, reset)
+        headers += [
+            (limit_name, str(d.rule_limits[0].count)),
+            (remaining_name, str(r)),
+            (reset_name, str(reset)),
+        ]
     return headers
 
 
@@ -490,10 +505,13 @@ def rate_limit_headers(
         headers = _one_limit_fields(shown[0], options, now)
     else:
         headers = []
+        sent = options.sent
         if options.ratelimit:
-            headers += ratelimit_fields(shown, options.names)
+            headers += _ratelimit_fields(shown, sent[0], sent[1])
         if options.x_ratelimit:
-            headers += x_ratelimit_fields(shown, options.reset, now, options.names)
+            headers += _x_ratelimit_fields(shown, options.reset, now, sent)
+    if options.partial:  # a field left out was built under "": cheaper than a test per field
+        headers = _present(headers)
     if not allowed:
         retry = retry_after_seconds(d for _, d in pairs)
         if retry is not None:
