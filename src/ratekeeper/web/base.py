@@ -66,6 +66,10 @@ Options (the same names in every integration):
 - ``ratelimit_headers`` / ``x_ratelimit_headers`` (True): the two header families;
   ``x_ratelimit_reset``: ``"seconds"`` (from now, the default) or ``"epoch"`` (Unix
   time) for ``X-RateLimit-Reset`` (``ratekeeper.web.headers``).
+- ``header_names``: a mapping from a rate-limit field's default name
+  (``"X-RateLimit-Remaining"``, ``"RateLimit"``, ...) to the name to send it under, or None
+  to leave it out; ``Retry-After`` keeps its name. Checked at start and resolved once
+  (``ratekeeper.web.headers.header_names``).
 - ``deny_response``: ``callable(denied_decisions) -> (status, headers, body)`` replacing
   the 429 (the rate-limit headers are still added unless switched off). Header names and
   values may be ``str`` or ``bytes``; an answer that is not a valid response (a status
@@ -114,7 +118,7 @@ from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, Step, transaction
 from ratekeeper.web.client_ip import ClientAddress, Networks
-from ratekeeper.web.headers import HeaderOptions, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.headers import HeaderOptions, header_names, rate_limit_headers, retry_after_seconds
 from ratekeeper.web.keyable import EVERYTHING, KeyReport, Lack, Provides
 from ratekeeper.web.options import (
     MISSING_COST,
@@ -174,6 +178,7 @@ class CoreOptions(TypedDict, total=False):
     ratelimit_headers: bool
     x_ratelimit_headers: bool
     x_ratelimit_reset: str
+    header_names: Mapping[str, str | None] | None
     deny_response: DenyResponse | None
     metrics: Any
     reload_interval: float
@@ -230,6 +235,7 @@ class BaseRateLimitCore(Generic[L]):
                 options.get("ratelimit_headers", True),
                 options.get("x_ratelimit_headers", True),
                 options.get("x_ratelimit_reset", "seconds"),  # type: ignore[arg-type]
+                header_names(options.get("header_names")),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None

@@ -11,7 +11,9 @@
 ``settings.RATEKEEPER`` holds ``rules`` and ``store`` and any option of
 the web core (``ratekeeper.web.base``: ``refund_statuses``, ``exempt_paths``,
 ``trusted_proxies``, ``shadow``, ...). A relative ``rules`` path is taken from
-``settings.BASE_DIR`` when the settings define it.
+``settings.BASE_DIR`` when the settings define it. ``settings.RATEKEEPER_HEADER_NAMES``
+is the same as ``RATEKEEPER["header_names"]`` (the rate-limit fields under other names),
+as Flask's ``RATEKEEPER_HEADER_NAMES``: give one of them.
 
 The middleware is both sync- and async-capable, as Django documents: when the rest of the
 chain is async (ASGI with async views) it is a coroutine function deciding with an
@@ -90,6 +92,14 @@ def settings_options() -> dict[str, Any]:
             "'rules', e.g. RATEKEEPER = {'rules': 'rules.yaml', 'store': 'memory://'}"
         )
     options = dict(conf)
+    names = getattr(settings, "RATEKEEPER_HEADER_NAMES", None)
+    if names is not None:
+        if "header_names" in options:
+            raise ConfigurationError(
+                "the header names are given twice, as settings.RATEKEEPER_HEADER_NAMES and as "
+                "RATEKEEPER['header_names']: keep one"
+            )
+        options["header_names"] = names
     rules = options["rules"]
     base = getattr(settings, "BASE_DIR", None)
     if isinstance(rules, str) and base is not None and not Path(rules).is_absolute():

@@ -13,6 +13,7 @@
     def login(): ...
 
     limiter.limit("100/minute")(admin_blueprint)   # one limit shared by the blueprint's routes
+    limiter.limit("10/minute")(reports_blueprint)  # nested in admin: both limits hold on its routes
 
     @app.get("/health")
     @limiter.exempt                     # no rule limits it, not even the app-wide ones
@@ -22,8 +23,16 @@ Configuration, from ``app.config`` (a keyword of the constructor or ``init_app``
 ``RATEKEEPER_STORE`` (store URL or object, ``memory://``), ``RATEKEEPER_RULES`` (app-wide
 rules: a rules file path, a ``RuleSet`` or a list of ``HttpRule`` / ``Rule``),
 ``RATEKEEPER_KEY`` (the key template of the decorators' limits, ``{client_ip}``, as
-flask-limiter's default), ``RATEKEEPER_OPTIONS`` (a mapping of the core's other options,
-``ratekeeper.web.base.CoreOptions``).
+flask-limiter's default), ``RATEKEEPER_HEADER_NAMES`` (the core's ``header_names``: the
+rate-limit fields under other names, checked at ``init_app``), ``RATEKEEPER_OPTIONS`` (a
+mapping of the core's other options, ``ratekeeper.web.base.CoreOptions``).
+
+Nested blueprints (``parent.register_blueprint(child)``): a blueprint's limit covers every
+route registered through it, its nested blueprints' included, so a child's route is decided
+by the child's limit and the parent's, in one transaction. ``exempt`` on a blueprint covers
+its own routes, as flask-limiter's does by default; ``exempt(blueprint, descendants=True)``
+its nested blueprints' routes too. Blueprints are told apart by object, not name: two
+blueprints called ``items`` under two parents are limited apart.
 
 One core decides each request (``ratekeeper.web.core.RateLimitCore``): a decorated route
 or blueprint becomes a rule of it, named for the endpoint or the blueprint, that matches
@@ -56,8 +65,10 @@ from werkzeug.exceptions import TooManyRequests
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, Match, PathTemplate
 from ratekeeper.config.sources import rules_from
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.rule import DEFAULT_ALGORITHM, Rule
 from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.headers import header_names
 from ratekeeper.web.keyable import REMOTE_USER, Provides
 from ratekeeper.web.request import RequestView, Verdict
 from ratekeeper.web.wsgi import request_view
@@ -133,9 +144,10 @@ class RateLimiter:
     def __init__(self, app: Flask | None = None, **overrides: Any) -> None:
         self.overrides = overrides
         self._route_limits: dict[Callable[..., Any], list[_Limits]] = {}
-        self._blueprint_limits: dict[str, list[_Limits]] = {}
+        self._blueprint_limits: dict[Blueprint, list[_Limits]] = {}
         self._exempt_views: set[Callable[..., Any]] = set()
-        self._exempt_blueprints: set[str] = set()
+        self._exempt_blueprints: dict[object, bool] = {}
+        """An exempt ``Blueprint`` -> whether its nested blueprints' routes are exempt too."""
         self._lock = threading.Lock()
         if app is not None:
             self.init_app(app)
@@ -144,7 +156,8 @@ class RateLimiter:
 
     def init_app(self, app: Flask, **overrides: Any) -> None:
         """Limit ``app``'s requests and add the ``flask ratekeeper`` commands."""
-        app.extensions[EXTENSION] = _AppState(app, {**self.overrides, **overrides})
+        state = app.extensions[EXTENSION] = _AppState(app, {**self.overrides, **overrides})
+        header_names(_core_options(state).get("header_names"))  # a bad mapping fails here, not at a request
         app.before_request(self._before)
         app.after_request(self._after)
         app.cli.add_command(self._commands())
@@ -166,7 +179,7 @@ class RateLimiter:
 
         def decorate(target: T) -> T:
             if isinstance(target, Blueprint):
-                self._blueprint_limits.setdefault(target.name, []).append(entry)
+                self._blueprint_limits.setdefault(target, []).append(entry)
             elif callable(target):
                 self._route_limits.setdefault(target, []).append(entry)
             else:
@@ -175,10 +188,14 @@ class RateLimiter:
 
         return decorate
 
-    def exempt(self, target: T) -> T:
-        """A decorator: no rule limits this view function or ``Blueprint``, app-wide ones included."""
+    def exempt(self, target: T, *, descendants: bool = False) -> T:
+        """A decorator: no rule limits this view function or ``Blueprint``'s routes, app-wide
+        ones included. A blueprint's own routes only, as flask-limiter's default; with
+        ``descendants=True`` the routes of the blueprints nested in it too."""
         if isinstance(target, Blueprint):
-            self._exempt_blueprints.add(target.name)
+            self._exempt_blueprints[target] = descendants
+        elif descendants:
+            raise TypeError("exempt(descendants=True) is for a Blueprint with nested blueprints, not a view function")
         elif callable(target):
             self._exempt_views.add(target)
         else:
@@ -189,7 +206,8 @@ class RateLimiter:
 
     def route_rules(self, app: Flask) -> list[HttpRule]:
         """The rules the decorators made for ``app``'s routes, one per decorated endpoint
-        and one per decorated blueprint."""
+        and one per decorated blueprint (covering its nested blueprints' routes, under
+        every name it is registered as; named for the first: ``parent.child``)."""
         state = _state(app)
         default_key = state.setting("key", "RATEKEEPER_KEY", DEFAULT_KEY)
         by_endpoint: dict[str, tuple[list[str], set[str]]] = {}
@@ -203,11 +221,28 @@ class RateLimiter:
                 name = entry.name or (endpoint if i == 0 else f"{endpoint}#{i + 1}")
                 out.append(self._rule(entry, name, {endpoint}, by_endpoint, default_key))
         for blueprint, entries in self._blueprint_limits.items():
-            endpoints = {e for e in app.view_functions if e.startswith(f"{blueprint}.")}
+            registered = [name for name, bp in app.blueprints.items() if bp is blueprint]
+            if not registered:
+                continue  # not registered on this app
+            prefixes = tuple(f"{name}." for name in registered)
+            endpoints = {e for e in app.view_functions if e.startswith(prefixes)}
             for i, entry in enumerate(entries):
-                name = entry.name or (blueprint if i == 0 else f"{blueprint}#{i + 1}")
+                name = entry.name or (registered[0] if i == 0 else f"{registered[0]}#{i + 1}")
                 out.append(self._rule(entry, name, endpoints, by_endpoint, default_key))
         return out
+
+    def exempt_endpoints(self, app: Flask) -> frozenset[str]:
+        """The endpoints of ``app`` that no rule limits: the exempt view functions', and the
+        routes of the exempt blueprints (their nested blueprints' with ``descendants=True``)."""
+        exempt = {e for e, view in app.view_functions.items() if view in self._exempt_views}
+        for name, blueprint in app.blueprints.items():
+            descendants = self._exempt_blueprints.get(blueprint)
+            if descendants is None:
+                continue
+            for endpoint in app.view_functions:
+                if endpoint.rpartition(".")[0] == name or (descendants and endpoint.startswith(f"{name}.")):
+                    exempt.add(endpoint)
+        return frozenset(exempt)
 
     @staticmethod
     def _rule(
@@ -243,22 +278,16 @@ class RateLimiter:
     def _build(self, state: _AppState) -> RateLimitCore:
         app = state.app
         app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
-        options: dict[str, Any] = dict(app.config.get("RATEKEEPER_OPTIONS", {}))
-        options.update({k: v for k, v in state.overrides.items() if k not in ("rules", "key", "store")})
+        options = _core_options(state)
         options["store"] = state.setting("store", "RATEKEEPER_STORE", "memory://")
         user_exempt = options.pop("exempt", None)
+        exempt_endpoints = self.exempt_endpoints(app)  # every route is registered by now
 
         def exempt(view: Any) -> bool:
-            return self._is_exempt(app) or (user_exempt is not None and bool(user_exempt(view)))
+            return request.endpoint in exempt_endpoints or (user_exempt is not None and bool(user_exempt(view)))
 
         rules = [*app_rules, *self.route_rules(app)]
         return RateLimitCore(rules, exempt=exempt, provides=FLASK_PROVIDES, **options)
-
-    def _is_exempt(self, app: Flask) -> bool:
-        if request.blueprint is not None and any(bp in self._exempt_blueprints for bp in request.blueprints):
-            return True
-        endpoint = request.endpoint
-        return endpoint is not None and app.view_functions.get(endpoint) in self._exempt_views
 
     # -- one request --------------------------------------------------------------------
 
@@ -319,13 +348,12 @@ class RateLimiter:
         state = _state(app)
         route_rules = self.route_rules(app)
         app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
+        exempt = self.exempt_endpoints(app)
         lines: list[str] = []
         for url_rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
             endpoint = url_rule.endpoint
-            view = app.view_functions.get(endpoint)
             methods = ",".join(sorted((url_rule.methods or set()) - {"HEAD", "OPTIONS"}))
-            blueprint = endpoint.rsplit(".", 1)[0] if "." in endpoint else None
-            if view in self._exempt_views or (blueprint is not None and blueprint in self._exempt_blueprints):
+            if endpoint in exempt:
                 limits = "exempt"
             else:
                 template = path_template(url_rule.rule)
@@ -349,6 +377,22 @@ class _AppState:
         if option in self.overrides:
             return self.overrides[option]
         return self.app.config.get(config_name, default)
+
+
+def _core_options(state: _AppState) -> dict[str, Any]:
+    """The core's options besides the rules, the key and the store: ``RATEKEEPER_OPTIONS``,
+    ``RATEKEEPER_HEADER_NAMES``, then the extension's keywords (which win)."""
+    config = state.app.config
+    options: dict[str, Any] = dict(config.get("RATEKEEPER_OPTIONS", {}))
+    if "RATEKEEPER_HEADER_NAMES" in config:
+        if "header_names" in options:
+            raise ConfigurationError(
+                "the header names are given twice, as RATEKEEPER_HEADER_NAMES and as "
+                "RATEKEEPER_OPTIONS['header_names']: keep one"
+            )
+        options["header_names"] = config["RATEKEEPER_HEADER_NAMES"]
+    options.update({k: v for k, v in state.overrides.items() if k not in ("rules", "key", "store")})
+    return options
 
 
 def _state(app: Flask) -> _AppState:
