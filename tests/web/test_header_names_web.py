@@ -173,3 +173,26 @@ def test_django_reads_ratekeeper_header_names_and_refuses_it_given_twice(monkeyp
     monkeypatch.setattr("django.conf.settings", SimpleNamespace(RATEKEEPER=both, RATEKEEPER_HEADER_NAMES=RENAMED))
     with pytest.raises(ConfigurationError, match="RATEKEEPER_HEADER_NAMES"):
         settings_options()
+
+
+def test_django_ratelimit_decorator_answers_its_429_under_the_renamed_fields(tmp_path: Path) -> None:
+    """``@ratelimit(key="ip", rate="3/m", block=True)`` (``/rl/block``): the settings' names."""
+    config = {"store": "memory://", "rules": [], "options": {"header_names": RENAMED}}
+    target = "web.wsgi.django_project.django_wsgi:application"
+    with AppServer(target, config, tmp_path, kind="gunicorn") as server, httpx.Client(base_url=server.url) as client:
+        statuses = [client.get("/rl/block").status_code for _ in range(3)]
+        denied = client.get("/rl/block")
+    assert statuses == [200, 200, 200]
+    assert denied.status_code == 429
+    names = {name.lower() for name in denied.headers.keys()}  # noqa: SIM118
+    assert names >= SENT
+    assert not names & DEFAULTS
+    assert denied.headers["X-Rate-Limit-Remaining"] == "0"
+    assert int(denied.headers["Retry-After"]) >= 1
+
+
+def test_django_refuses_to_start_with_a_bad_mapping(tmp_path: Path) -> None:
+    config = {"store": "memory://", "rules": [], "options": {"header_names": {"Retry-After": "X-Retry"}}}
+    target = "web.wsgi.django_project.django_wsgi:application"
+    with pytest.raises(RuntimeError, match="cannot rename or leave out Retry-After"):
+        AppServer(target, config, tmp_path, kind="gunicorn").start()

@@ -65,7 +65,7 @@ from ratekeeper.stores.url import open_store
 from ratekeeper.web.base import BaseRateLimitCore
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.headers import rate_limit_headers, retry_after_seconds
+from ratekeeper.web.headers import HeaderOptions, header_names, rate_limit_headers, retry_after_seconds
 from ratekeeper.web.keyable import Provides, django_user_lack
 from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
@@ -92,19 +92,46 @@ def settings_options() -> dict[str, Any]:
             "'rules', e.g. RATEKEEPER = {'rules': 'rules.yaml', 'store': 'memory://'}"
         )
     options = dict(conf)
-    names = getattr(settings, "RATEKEEPER_HEADER_NAMES", None)
+    names = _header_names_setting(settings, options)
     if names is not None:
-        if "header_names" in options:
-            raise ConfigurationError(
-                "the header names are given twice, as settings.RATEKEEPER_HEADER_NAMES and as "
-                "RATEKEEPER['header_names']: keep one"
-            )
         options["header_names"] = names
     rules = options["rules"]
     base = getattr(settings, "BASE_DIR", None)
     if isinstance(rules, str) and base is not None and not Path(rules).is_absolute():
         options["rules"] = str(Path(base) / rules)
     return options
+
+
+def _header_names_setting(settings: Any, conf: Mapping[str, Any]) -> Any:
+    """``settings.RATEKEEPER_HEADER_NAMES`` or ``RATEKEEPER["header_names"]``, given once."""
+    names = getattr(settings, "RATEKEEPER_HEADER_NAMES", None)
+    if names is None:
+        return conf.get("header_names")
+    if "header_names" in conf:
+        raise ConfigurationError(
+            "the header names are given twice, as settings.RATEKEEPER_HEADER_NAMES and as "
+            "RATEKEEPER['header_names']: keep one"
+        )
+    return names
+
+
+@functools.cache
+def _decorator_headers() -> HeaderOptions:
+    """The rate-limit headers of ``ratelimit``'s 429, as the middleware sends them: the
+    header switches of ``settings.RATEKEEPER`` and its header names; read once a process."""
+    from django.conf import settings
+
+    conf = getattr(settings, "RATEKEEPER", None)
+    conf = conf if isinstance(conf, Mapping) else {}
+    try:
+        return HeaderOptions(
+            conf.get("ratelimit_headers", True),
+            conf.get("x_ratelimit_headers", True),
+            conf.get("x_ratelimit_reset", "seconds"),
+            header_names(_header_names_setting(settings, conf)),
+        )
+    except ValueError as exc:  # x_ratelimit_reset's
+        raise ConfigurationError(str(exc)) from None
 
 
 def django_provides() -> Provides:
@@ -444,7 +471,7 @@ def _denial(decision: Decision, rule: Rule) -> HttpResponseBase:
 
     response = HttpResponse(problem_body([decision], retry_after_seconds([decision])), status=429)
     response["Content-Type"] = PROBLEM_CONTENT_TYPE
-    for name, value in rate_limit_headers([(rule, decision)], allowed=False):
+    for name, value in rate_limit_headers([(rule, decision)], allowed=False, options=_decorator_headers()):
         response[name] = value
     return response
 
@@ -487,13 +514,19 @@ def ratelimit(
     Every request gets ``request.ratelimit`` (a ``RateLimitState``). Over the rate with
     ``block=True`` the view is not called: ``settings.RATEKEEPER_DENIED_VIEW`` (a view or
     its dotted path, called with the request) answers when set, else a 429 problem+json
-    with the rate-limit headers. With ``block=False`` the view is called and decides.
+    with the rate-limit headers (as the middleware sends them: ``settings.RATEKEEPER``'s
+    header switches and ``header_names``, checked when the view is decorated). With
+    ``block=False`` the view is called and decides.
 
     Sync views decide with a ``Limiter``, async views with an ``AsyncLimiter``, both on
     ``settings.RATEKEEPER["store"]`` (``memory://`` when unset, one store shared by both)
     with its ``on_error`` (``"allow"`` when unset).
     """
     key_of = _key_function(key)
+    from django.conf import settings
+
+    if settings.configured:  # views are imported with the URLconf: a bad header mapping fails the start
+        _decorator_headers()
     methods = (
         None if method is None else frozenset(m.upper() for m in ([method] if isinstance(method, str) else method))
     )
