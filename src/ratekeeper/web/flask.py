@@ -222,10 +222,12 @@ class RateLimiter:
                 out.append(self._rule(entry, name, {endpoint}, by_endpoint, default_key))
         for blueprint, entries in self._blueprint_limits.items():
             registered = [name for name, bp in app.blueprints.items() if bp is blueprint]
-            if not registered:
-                continue  # not registered on this app
             prefixes = tuple(f"{name}." for name in registered)
-            endpoints = {e for e in app.view_functions if e.startswith(prefixes)}
+            endpoints = {e for e in app.view_functions if registered and e.startswith(prefixes)}
+            if not endpoints:
+                # not registered on this app, or without routes: a rule with no path to
+                # match would match every request
+                continue
             for i, entry in enumerate(entries):
                 name = entry.name or (registered[0] if i == 0 else f"{registered[0]}#{i + 1}")
                 out.append(self._rule(entry, name, endpoints, by_endpoint, default_key))

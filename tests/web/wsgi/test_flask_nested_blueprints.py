@@ -225,3 +225,21 @@ def test_under_a_real_server_both_limits_hold_on_a_childs_route(store: str) -> N
         assert denied.json()["rule"] == "parent.child"
         assert int(denied.headers["Retry-After"]) > 0
         assert statuses(client, "/p/x", 4) == [200] * 4  # exempt: the parent's own routes
+
+
+def test_a_limited_blueprint_without_routes_limits_nothing_else() -> None:
+    """A rule with no route to match would match every request: none is made."""
+    app = Flask(__name__)
+    limiter = RateLimiter()
+    empty, unregistered = Blueprint("empty", __name__), Blueprint("elsewhere", __name__)
+    limiter.limit("1/minute")(empty)
+    limiter.limit("1/minute")(unregistered)
+    app.register_blueprint(empty)
+
+    @app.get("/free")
+    def free() -> str:
+        return "free"
+
+    limiter.init_app(app)
+    assert statuses(app.test_client(), "/free", 3) == [200, 200, 200]
+    assert list(limiter.core(app).rules) == []
