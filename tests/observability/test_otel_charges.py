@@ -5,8 +5,11 @@ with ``record_key=True``, cut to ``MAX_KEY_LENGTH``."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
+import httpx
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -16,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from observability.test_otel import SECRET, Exported
 from ratekeeper import AsyncLimiter, Limiter, Rule
+from ratekeeper.decision import Decision
 from ratekeeper.metrics import OTHER_RULE, Metrics
 from ratekeeper.otel import CHARGE_SPAN_NAME, MAX_KEY_LENGTH, SPAN_NAME, OpenTelemetry
 from ratekeeper.rule import MAX_KEY_LENGTH as MAX_KEY
@@ -163,3 +167,73 @@ def test_without_spans_no_key_is_asked_for(export: Callable[..., Exported]) -> N
 def test_record_key_takes_a_bool_only() -> None:
     with pytest.raises(TypeError, match="record_key must be True or False"):
         OpenTelemetry(MeterProvider(), TracerProvider(), record_key="yes")  # type: ignore[arg-type]
+
+
+class Settling(Metrics):
+    """``Metrics`` that tells the test thread each charge and refund it was told (the
+    middleware settles a response after sending it, on the server's thread)."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.settled = threading.Semaphore(0)
+
+    def charged(self, decision: Decision, cost: int, key: str | None = None) -> None:
+        super().charged(decision, cost, key)
+        self.settled.release()
+
+    def refunded(self, rule: str, cost: int) -> None:
+        super().refunded(rule, cost)
+        self.settled.release()
+
+    def wait(self) -> None:
+        assert self.settled.acquire(timeout=10), "the response was not settled"
+
+
+def test_a_real_app_settling_response_costs_reports_charges_debts_and_refunds(
+    export: Callable[..., Exported],
+) -> None:
+    """Starlette under uvicorn, ``response_cost`` from a header: the estimate (1) is
+    settled by a charge past what is left (debt), then a refund; each key on its span."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from ratekeeper.web import RateLimitMiddleware
+    from web.conftest import http_rule
+    from web.uvicorn_server import serve
+
+    built = export(record_key=True)
+    assert built.metrics.otel is not None
+    metrics = Settling(otel=built.metrics.otel)
+    exported = Exported(metrics, built.reader, built.spans)
+
+    async def chat(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok", headers={"x-tokens-used": request.query_params["used"]})
+
+    app = Starlette(routes=[Route("/chat/{user}", chat)])
+    rule = http_rule("otel.chat", "100/minute", path="/chat/{user}", key="{path.user}", algorithm="token_bucket")
+    limiter = AsyncLimiter("memory://", clock=FakeClock(), observer=metrics)
+    options = {"rules": [rule], "limiter": limiter, "metrics": metrics, "response_cost": "x-tokens-used"}
+    app.add_middleware(RateLimitMiddleware, **options)
+    with serve(app) as base, httpx.Client(base_url=base, timeout=10) as client:
+        assert 200 == client.get(f"/chat/{SECRET}", params={"used": "131"}).status_code
+        metrics.wait()  # 130 more than the estimate charged: 131 of 100, 31 in debt
+        assert 429 == client.get(f"/chat/{SECRET}", params={"used": "1"}).status_code
+        assert 200 == client.get("/chat/light", params={"used": "0"}).status_code
+        metrics.wait()  # cost nothing: the estimate given back
+    for instrument, prometheus, value in [
+        ("ratekeeper.charged_cost", "ratekeeper_charged_cost_total", 130),
+        ("ratekeeper.debt_charges", "ratekeeper_debt_charges_total", 1),
+        ("ratekeeper.refunded_cost", "ratekeeper_refunded_cost_total", 1),
+    ]:
+        point = exported.points(instrument)[(("rule", "otel.chat"),)]
+        assert value == point.value == metrics.value(prometheus, rule="otel.chat"), instrument
+    spans = [(s.name, dict(s.attributes or {})) for s in exported.spans.get_finished_spans()]
+    assert [
+        (SPAN_NAME, SECRET, "within"),
+        (CHARGE_SPAN_NAME, SECRET, None),
+        (SPAN_NAME, SECRET, "over"),
+        (SPAN_NAME, "light", "within"),
+    ] == [(name, a.get("ratekeeper.key"), a.get("ratekeeper.outcome")) for name, a in spans]
+    assert -31 == spans[1][1]["ratekeeper.remaining"] and spans[1][1]["ratekeeper.debt"] is True
