@@ -26,6 +26,9 @@ The metrics (``namespace`` is the prefix, ``ratekeeper`` by default):
   not counted.
 - ``ratekeeper_refunded_cost_total{rule}``: the cost the store gave back (``refund``, a
   reservation ``acquire`` returned); not lease releases.
+- ``ratekeeper_settle_failures_total{rule}``: responses whose real cost the web
+  integrations could not settle (the store failed the charge or refund after the
+  response): the request kept what it was charged. Reported through ``settle_failed``.
 - ``ratekeeper_store_latency_seconds``: a histogram of every store call.
 - ``ratekeeper_store_errors_total{cause}``: failed store calls by the ``StoreError``
   class name (``StoreError``, ``StoreTimeout``, ...).
@@ -218,6 +221,12 @@ class Metrics:
         self.refunded_cost = prom.Counter(
             "refunded_cost", "Cost the store gave back (refunds, returned reservations), per rule", ["rule"], **common
         )
+        self.settle_failures = prom.Counter(
+            "settle_failures",
+            "Responses whose real cost could not be settled (the store failed), per rule",
+            ["rule"],
+            **common,
+        )
         self.otel = otel
         # Keys are asked of the limiter only for spans that record them (read when the
         # limiter is built: ratekeeper.limiter.observer).
@@ -367,6 +376,13 @@ class Metrics:
                 self._seen.add(rule)
                 return rule
         return OTHER_RULE
+
+    def settle_failed(self, rule: str) -> None:
+        """A response's real cost under ``rule`` could not be settled (the web integrations)."""
+        label = self._label(rule)
+        self.settle_failures.labels(label).inc()
+        if self.otel is not None:
+            self.otel.settle_failed(label)
 
     def skipped(self, rule: str) -> None:
         """A request ``rule`` did not limit because its key could not be built."""

@@ -16,7 +16,7 @@ OpenTelemetry Prometheus exporter gives the same names back (``namespace`` is th
 - ``ratekeeper.decisions`` (counter; ``rule``, ``outcome``)
 - ``ratekeeper.charged_cost``, ``ratekeeper.debt_charges`` and ``ratekeeper.refunded_cost``
   (counters; ``rule``): the cost charged without a check, the charges that left a key in
-  debt, the cost given back
+  debt, the cost given back; ``ratekeeper.settle_failures`` (counter; ``rule``)
 - ``ratekeeper.store_latency`` (histogram, seconds), ``ratekeeper.store_errors`` (counter;
   ``cause``)
 - ``ratekeeper.breaker_state`` (gauge; ``state``: 1 for the current state, else 0)
@@ -143,6 +143,9 @@ class OpenTelemetry:
         self.refunded_cost = meter.create_counter(
             name("refunded_cost"), "{cost}", "Cost the store gave back (refunds, returned reservations), per rule"
         )
+        self.settle_failures = meter.create_counter(
+            name("settle_failures"), "{response}", "Responses whose real cost could not be settled (the store failed)"
+        )
         self.store_latency = seconds("store_latency", "Duration of each store call")
         self.store_errors = meter.create_counter(
             name("store_errors"), "{call}", "Failed store calls, by the StoreError class raised"
@@ -221,6 +224,10 @@ class OpenTelemetry:
     def refunded(self, rule: str, cost: int) -> None:
         """Count ``cost`` given back under the ``rule`` label."""
         self.refunded_cost.add(cost, {"rule": rule})
+
+    def settle_failed(self, rule: str) -> None:
+        """A response's real cost under the ``rule`` label could not be settled."""
+        self.settle_failures.add(1, {"rule": rule})
 
     def _span(self, name: str, decision: Decision, attributes: dict[str, Any], key: str | None) -> None:
         """One finished span for ``decision``: from the start of the store call that answered

@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from observability.test_otel import SECRET, Exported
 from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.decision import Decision
+from ratekeeper.errors import StoreError
 from ratekeeper.metrics import OTHER_RULE, Metrics
 from ratekeeper.otel import CHARGE_SPAN_NAME, MAX_KEY_LENGTH, SPAN_NAME, OpenTelemetry
 from ratekeeper.rule import MAX_KEY_LENGTH as MAX_KEY
@@ -185,6 +186,10 @@ class Settling(Metrics):
         super().refunded(rule, cost)
         self.settled.release()
 
+    def settle_failed(self, rule: str) -> None:
+        super().settle_failed(rule)
+        self.settled.release()
+
     def wait(self) -> None:
         assert self.settled.acquire(timeout=10), "the response was not settled"
 
@@ -237,3 +242,46 @@ def test_a_real_app_settling_response_costs_reports_charges_debts_and_refunds(
         (SPAN_NAME, "light", "within"),
     ] == [(name, a.get("ratekeeper.key"), a.get("ratekeeper.outcome")) for name, a in spans]
     assert -31 == spans[1][1]["ratekeeper.remaining"] and spans[1][1]["ratekeeper.debt"] is True
+
+
+class StoreGoneAfterAdmission(AsyncLimiter):
+    """Admits as the memory store does, then fails every settlement as a store that went away."""
+
+    async def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Decision:
+        raise StoreError("the store went away")
+
+    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
+        raise StoreError("the store went away")
+
+
+def test_a_settlement_the_store_failed_is_counted_in_both(export: Callable[..., Exported]) -> None:
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from ratekeeper.web import RateLimitMiddleware
+    from web.conftest import http_rule
+    from web.uvicorn_server import serve
+
+    built = export()
+    assert built.metrics.otel is not None
+    metrics = Settling(otel=built.metrics.otel)
+
+    async def chat(request: Request) -> PlainTextResponse:
+        return PlainTextResponse("ok", headers={"x-tokens-used": request.query_params["used"]})
+
+    app = Starlette(routes=[Route("/chat", chat)])
+    rule = http_rule("otel.settle", "100/minute", path="/chat", algorithm="token_bucket")
+    limiter = StoreGoneAfterAdmission("memory://", clock=FakeClock(), observer=metrics)
+    options = {"rules": [rule], "limiter": limiter, "metrics": metrics, "response_cost": "x-tokens-used"}
+    app.add_middleware(RateLimitMiddleware, **options)
+    with serve(app) as base, httpx.Client(base_url=base, timeout=10) as client:
+        assert 200 == client.get("/chat", params={"used": "50"}).status_code  # a charge that fails
+        metrics.wait()
+        assert 200 == client.get("/chat", params={"used": "0"}).status_code  # a refund that fails
+        metrics.wait()
+    exported = Exported(metrics, built.reader, built.spans)
+    assert 2 == metrics.value("ratekeeper_settle_failures_total", rule="otel.settle")
+    assert 2 == exported.points("ratekeeper.settle_failures")[(("rule", "otel.settle"),)].value
+    assert metrics.value("ratekeeper_charged_cost_total", rule="otel.settle") is None  # nothing was charged
