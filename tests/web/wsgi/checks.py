@@ -65,7 +65,7 @@ def common_rules(suffix: str = "", *, router: bool = True) -> list[dict[str, Any
         {"name": f"ip{suffix}", "path": "/ip", "key": "{client_ip}", "limits": ["1/minute"]},
         {"name": f"kw{suffix}", "path": "/kw/*", "key": "{path.user}", "limits": ["1/minute"]},
     ]
-    return rules if router else [r for r in rules if r["key"] != "{route}"]
+    return rules if router else [r for r in rules if r.get("key") != "{route}"]
 
 
 async def _burst(url: str, n: int, headers: dict[str, str] | None) -> list[httpx.Response]:
