@@ -287,7 +287,7 @@ class OpenTelemetry:
         self._limits = {(rule, str(limit)): limit for rule, ls in limits.items() for limit in ls}
 
 
-def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
+def from_environment(*, record_key: bool = False) -> tuple[OpenTelemetry, Callable[[], None]]:
     """An ``OpenTelemetry`` on SDK providers configured by the standard ``OTEL_*``
     variables, and the function that flushes and shuts them down.
 
@@ -297,7 +297,8 @@ def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
     exporter reads its own variables (``OTEL_EXPORTER_OTLP_ENDPOINT``, ...), the resource
     reads ``OTEL_SERVICE_NAME`` and ``OTEL_RESOURCE_ATTRIBUTES``, the metric reader
     ``OTEL_METRIC_EXPORT_INTERVAL``. ``ConfigurationError`` when ``opentelemetry-sdk`` or
-    an exporter named is not installed.
+    an exporter named is not installed. ``record_key``: each span carries the key
+    (``OpenTelemetry(record_key=True)``).
     """
     try:
         from opentelemetry.sdk.metrics import MeterProvider
@@ -326,7 +327,7 @@ def from_environment() -> tuple[OpenTelemetry, Callable[[], None]]:
         tracer_provider.shutdown()
         meter_provider.shutdown()
 
-    return OpenTelemetry(meter_provider, tracer_provider), shutdown
+    return OpenTelemetry(meter_provider, tracer_provider, record_key=record_key), shutdown
 
 
 def _exporters(group: str, variable: str) -> list[Any]:

@@ -50,15 +50,24 @@ class FakeClock:
 
 class RecordingObserver:
     """An ``Observer`` (``ratekeeper.limiter.observer``) that keeps every report in order:
-    ``decisions``, ``store_calls`` (seconds, error) and ``breaker_changes`` (old, new)."""
+    ``decisions``, ``charges`` (decision, cost), ``refunds`` (rule, cost), ``store_calls``
+    (seconds, error) and ``breaker_changes`` (old, new)."""
 
     def __init__(self) -> None:
         self.decisions: list[Decision] = []
+        self.charges: list[tuple[Decision, int]] = []
+        self.refunds: list[tuple[str, int]] = []
         self.store_calls: list[tuple[float, StoreError | None]] = []
         self.breaker_changes: list[tuple[str, str]] = []
 
     def decided(self, decision: Decision) -> None:
         self.decisions.append(decision)
+
+    def charged(self, decision: Decision, cost: int) -> None:
+        self.charges.append((decision, cost))
+
+    def refunded(self, rule: str, cost: int) -> None:
+        self.refunds.append((rule, cost))
 
     def store_call(self, seconds: float, error: StoreError | None) -> None:
         self.store_calls.append((seconds, error))

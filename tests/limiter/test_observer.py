@@ -150,3 +150,16 @@ def test_observed_store_passes_calls_through(error: StoreError | None) -> None:
             store.decide(op)
         assert [] == observer.decisions
     assert 1 == len(observer.store_calls)
+
+
+def test_the_recording_observer_keeps_charges_and_refunds_apart_from_decisions() -> None:
+    clock = FakeClock()
+    observer = RecordingObserver()
+    limiter = Limiter(MemoryStore(clock=clock), observer=observer)
+    assert limiter.try_acquire(RULE, "k").allowed
+    debt = limiter.charge(RULE, "k", 3)
+    assert limiter.refund(RULE, "k", 2)
+    assert 1 == len(observer.decisions)
+    assert [(debt, 3)] == observer.charges
+    assert debt.remaining < 0
+    assert [("obs", 2)] == observer.refunds

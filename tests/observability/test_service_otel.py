@@ -104,3 +104,37 @@ def test_serve_with_otel_and_an_exporter_not_installed_cannot_start(tmp_path: Pa
     assert 2 == run.returncode
     assert "OTEL_METRICS_EXPORTER=nonesuch: no OpenTelemetry exporter of that name is installed" in run.stderr
     assert "Traceback" not in run.stderr
+
+
+def test_serve_records_the_key_on_spans_only_when_asked_and_counts_refunds(tmp_path: Path) -> None:
+    served = start_server(tmp_path, rules=[RULES], args=["--otel", "--otel-record-key"], env=CONSOLE)
+    try:
+        check = httpx.post(f"{served.url}/v1/check", json={"rule": "otel.partner", "key": SECRET}, timeout=5)
+        refund = httpx.post(
+            f"{served.admin_url}/v1/refund", json={"rule": "otel.partner", "key": SECRET, "cost": 1}, timeout=5
+        )
+        exposition = httpx.get(f"{served.admin_url}/metrics", timeout=5).text
+    finally:
+        assert 0 == served.stop()
+    assert 200 == check.status_code
+    assert 1 == refund.json()["refunded"]
+    assert 'ratekeeper_refunded_cost_total{rule="otel.partner"} 1.0' in exposition
+    spans = [d for d in _documents(served.stdout.read_text()) if d.get("name") == "ratekeeper.decision"]
+    assert [SECRET] == [s["attributes"]["ratekeeper.key"] for s in spans]
+
+
+def test_serve_refuses_to_record_keys_without_otel(tmp_path: Path) -> None:
+    src = Path(__file__).resolve().parents[2] / "src"
+    environment = {**os.environ, "PYTHONPATH": str(src)}
+    run = subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "serve", "--otel-record-key", "--http-port", "0", "--grpc-port", "0"],
+        env=environment,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert 2 == run.returncode
+    assert "--otel-record-key puts keys on OpenTelemetry spans: it needs --otel" in run.stderr
+    assert "Traceback" not in run.stderr

@@ -41,6 +41,7 @@ ENV = {
     "merge_domains": "MERGE_DOMAIN_CONFIG",
     "shadow_mode": "SHADOW_MODE",
     "otel": "RATEKEEPER_OTEL",
+    "otel_record_key": "RATEKEEPER_OTEL_RECORD_KEY",
     "workers": "RATEKEEPER_WORKERS",
 }
 """The environment variable read for each option the command line leaves out."""
@@ -99,6 +100,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         default=None,
         help="also export the metrics and a span per decision through OpenTelemetry, to the exporters the "
         "standard OTEL_* variables name (needs opentelemetry-sdk and the exporter; see docs/observability.md)",
+    )
+    p.add_argument(
+        "--otel-record-key",
+        action="store_true",
+        default=None,
+        help="with --otel: each span also carries the decision's key (ratekeeper.key, at most 128 characters); "
+        "off by default, since keys are often user ids, addresses or API keys",
     )
     p.add_argument(
         "--workers",
@@ -232,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
     on_error = args.on_error or env.get(ENV["on_error"]) or "raise"
     if on_error not in POLICIES:
         raise RateKeeperError(f"{ENV['on_error']} must be one of {', '.join(POLICIES)}, got {on_error!r}")
+    otel = _flag(args.otel, env.get(ENV["otel"]))
+    otel_record_key = _flag(args.otel_record_key, env.get(ENV["otel_record_key"]))
+    if otel_record_key and not otel:
+        raise RateKeeperError("--otel-record-key puts keys on OpenTelemetry spans: it needs --otel (RATEKEEPER_OTEL=1)")
     settings = Settings(
         rules=tuple(rules_paths(args.rules if args.rules else env.get(ENV["rules"]))),
         store=args.store or env.get(ENV["store"]) or "memory://",
@@ -257,6 +269,7 @@ def run(args: argparse.Namespace) -> int:
         envoy_charging=service_charging(args.envoy_charging, env),
         merge_domains=_flag(args.merge_domains, env.get(ENV["merge_domains"])),
         shadow_mode=_flag(args.shadow_mode, env.get(ENV["shadow_mode"])),
-        otel=_flag(args.otel, env.get(ENV["otel"])),
+        otel=otel,
+        otel_record_key=otel_record_key,
     )
     return serve(settings, workers=int(number("workers", 1, integer=True)))

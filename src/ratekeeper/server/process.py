@@ -95,6 +95,7 @@ class Settings:
     merge_domains: bool = False
     shadow_mode: bool = False
     otel: bool = False  # the metrics and a span per decision through OpenTelemetry too (OTEL_* variables)
+    otel_record_key: bool = False  # each span carries the decision's key (bounded); off: keys are clients' data
     reuse_port: bool = False  # a worker of several (supervisor.py): its ports are the supervisor's
 
 
@@ -120,7 +121,7 @@ class _Listener:
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
     """Run the service until SIGTERM or SIGINT; ``ready`` is set once both servers listen."""
     configure()
-    otel, shutdown_otel = otel_from_environment() if settings.otel else (None, None)
+    otel, shutdown_otel = otel_from_environment(record_key=settings.otel_record_key) if settings.otel else (None, None)
     metrics = Metrics(otel=otel)
     files = (
         RulesFiles(list(settings.rules), merge_domains=settings.merge_domains, shadow=settings.shadow_mode)

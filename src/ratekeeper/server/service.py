@@ -260,11 +260,16 @@ def rules_paths(value: str | Sequence[str] | None) -> list[str]:
 
 
 class ServiceObserver:
-    """The limiter's observer: the metrics, plus a log line per circuit-breaker change."""
+    """The limiter's observer: the metrics, plus a log line per circuit-breaker change.
+    Charges and refunds (``/v1/refund``) are counted like the library's; the keys are
+    asked for only when the OpenTelemetry backend records them (``--otel-record-key``)."""
 
     def __init__(self, metrics: Metrics) -> None:
         self.metrics = metrics
         self.decided = metrics.decided
+        self.charged = metrics.charged
+        self.refunded = metrics.refunded
+        self.wants_keys = metrics.wants_keys
         self.store_call = metrics.store_call
         self.decision_time = metrics.decision_time  # reported by /v1/check (server.core)
 
