@@ -59,8 +59,7 @@ def test_the_page_in_chromium_shows_rules_health_charts_and_tries_a_check(
     chromium.get(served.admin_url + "/")
     wait_for_page(chromium)
     rows = {
-        row.get_attribute("data-rule"): row.text
-        for row in chromium.find_elements(By.CSS_SELECTOR, "#rules-body tr")
+        row.get_attribute("data-rule"): row.text for row in chromium.find_elements(By.CSS_SELECTOR, "#rules-body tr")
     }
     assert "2/minute" in rows[login] and "native" in rows[login]
     assert f"envoy ({uid}env)" in rows[f"{uid}env.remote_address"]

@@ -161,6 +161,7 @@ class RateLimitMiddleware:
     def _lifespan_send(self, send: Send) -> Send:
         async def lifespan_send(message: Message) -> None:
             if message["type"] == "lifespan.shutdown.complete":
+                await settle_pending()  # settlements still running are written before the store closes
                 await self.core.aclose()
             await send(message)
 
@@ -201,6 +202,22 @@ async def run_shielded(work: Coroutine[Any, Any, None]) -> None:
 
 
 _FINISHING: set[asyncio.Future[None]] = set()
+
+SHUTDOWN_SETTLE_SECONDS = 10.0
+"""How long the app's shutdown waits for the settlements still running."""
+
+
+async def settle_pending(timeout: float = SHUTDOWN_SETTLE_SECONDS) -> None:
+    """Wait for the settlements and lease releases of this event loop still running (a
+    response that ended just before the server stopped), at most ``timeout`` seconds: the
+    store is closed next, and what they had to write would be lost."""
+    loop = asyncio.get_running_loop()
+    pending = [task for task in _FINISHING if task.get_loop() is loop]
+    if not pending:
+        return
+    _done, late = await asyncio.wait(pending, timeout=timeout)
+    if late:
+        log.warning("ratekeeper: %d settlements still running at shutdown were not awaited", len(late))
 
 
 def _finished(task: asyncio.Future[None]) -> None:

@@ -244,16 +244,11 @@ class BaseRateLimitCore(Generic[L]):
         self._decision_time: Callable[[float, bool], None] | None = getattr(metrics, "decision_time", None)
         self.owns_limiter = limiter is None  # close only a limiter made here
         kind = self.limiter_class
-        if limiter is None:
-            limiter = kind(
-                options.get("store", "memory://"), on_error=options.get("on_error", "allow"), observer=metrics
-            )
-        elif not isinstance(limiter, kind):
+        if limiter is not None and not isinstance(limiter, kind):
             raise ConfigurationError(
                 f"{type(self).__name__} decides with a {kind.__name__}: pass one as limiter=, "
                 f"not a {type(limiter).__name__} (asynchronous integrations take an AsyncLimiter)"
             )
-        self.limiter: L = limiter
         self.client = ClientAddress(
             Networks(options.get("trusted_proxies"), what="trusted_proxies"),
             options.get("ipv6_prefix", 64),
@@ -292,6 +287,13 @@ class BaseRateLimitCore(Generic[L]):
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
         if unknown:
             log.warning("ratekeeper: exempt_keys names rules that are not in the rules: %s", ", ".join(sorted(unknown)))
+        # Made last, once every option and rule passed: a configuration refused above
+        # leaves no store connection (pool) behind that nobody could close.
+        if limiter is None:
+            limiter = kind(
+                options.get("store", "memory://"), on_error=options.get("on_error", "allow"), observer=metrics
+            )
+        self.limiter: L = limiter
 
     # -- the rules ------------------------------------------------------------------
 

@@ -63,6 +63,7 @@ from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.stores.url import open_store
 from ratekeeper.web.base import BaseRateLimitCore
+from ratekeeper.web.client_ip import ClientAddress, Networks
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
 from ratekeeper.web.headers import HeaderOptions, header_names, rate_limit_headers, retry_after_seconds
@@ -426,8 +427,43 @@ class _Limiters:
 _limiters = _Limiters()
 
 
+_CLIENTS: dict[tuple[Any, ...], ClientAddress] = {}
+"""The ``ClientAddress`` of each client-address configuration seen in the settings (a
+process has one; tests switch between a few)."""
+
+
+def _client_address() -> ClientAddress:
+    """How the decorator finds a client: the middleware's settings (``RATEKEEPER``:
+    ``trusted_proxies``, ``forwarded_header``, ``trusted_hops``, ``ipv6_prefix``), so that
+    the decorator and the middleware key a client alike, behind proxies too; without
+    them the TCP peer, IPv6 grouped by /64 (a host holds a whole /64: keying single
+    addresses would give it 2**64 budgets)."""
+    from django.conf import settings
+
+    conf = getattr(settings, "RATEKEEPER", None)
+    conf = conf if isinstance(conf, Mapping) else {}
+    proxies = conf.get("trusted_proxies")
+    spec = (
+        proxies if proxies is None or isinstance(proxies, str) else tuple(proxies),
+        conf.get("forwarded_header", "x-forwarded-for"),
+        conf.get("trusted_hops", 1),
+        conf.get("ipv6_prefix", 64),
+    )
+    client = _CLIENTS.get(spec)
+    if client is None:
+        client = ClientAddress(Networks(proxies, what="trusted_proxies"), spec[3], spec[1], spec[2])
+        if len(_CLIENTS) >= 16:
+            _CLIENTS.clear()
+        _CLIENTS[spec] = client
+    return client
+
+
 def _peer(group: str, request: HttpRequest) -> str | None:
-    return request.META.get("REMOTE_ADDR") or None
+    client = _client_address()
+    _address, key = client.resolve(
+        request.META.get("REMOTE_ADDR") or None, lambda: request.headers.get(client.forwarded_header)
+    )
+    return key
 
 
 def _user(group: str, request: HttpRequest) -> str | None:
