@@ -151,6 +151,17 @@ def test_the_usage_total_is_the_cost_when_the_response_does_not_say(rule_name: s
     assert used(core.limiter, r) == 17
 
 
+def test_response_cost_true_settles_by_the_meter_alone(rule_name: str) -> None:
+    r = rule(rule_name)
+    core = sync_core([r], response_cost=True)
+    environ: dict[str, Any] = {}
+    usage(environ).add(12)
+    settle(core, 200, [("x-tokens-used", "5")], environ)  # no header is read
+    assert used(core.limiter, r) == 12
+    settle(core, 200, [], {})  # the app metered nothing: the charge of 1 stays
+    assert used(core.limiter, r) == 13
+
+
 def test_settled_exactly_once(rule_name: str) -> None:
     r = rule(rule_name)
     core = sync_core([r], response_cost="x-cost")

@@ -55,8 +55,8 @@ Options (the same names in every integration):
 - ``response_cost``: what a request really cost, known from its response, settled once the
   response ended (``ratekeeper.web.settle``): a response header name (``"x-tokens-used"``;
   a trailer of that name wins), ``callable(view, status, headers) -> int | None`` (the
-  response's headers by lower-case name; None keeps the charge), or a mapping of rule
-  name to either (only those rules are settled; otherwise every rule the request was
+  response's headers by lower-case name; None keeps the charge), True (the meter below
+  alone), or a mapping of rule name to any of those (only those rules are settled; otherwise every rule the request was
   charged under, concurrency rules excepted: they hold leases, not counts). Without an
   answer there, the total the app added to ``ratekeeper.web.usage(request)`` is the real
   cost. The difference is charged (the key may go into debt) or refunded; a refund by

@@ -52,8 +52,9 @@ __all__ = [
 
 log = logging.getLogger("ratekeeper.web")
 
-ResponseCost = str | Callable[["RequestView", int, Mapping[str, str]], int | None]
-"""One ``response_cost``: a response header name, or ``callable(view, status, headers)``."""
+ResponseCost = str | Callable[["RequestView", int, Mapping[str, str]], int | None] | bool
+"""One ``response_cost``: a response header name, ``callable(view, status, headers)``, or
+True: the app's ``usage()`` meter alone."""
 
 USAGE = "ratekeeper.usage"
 """Where a request's ``Usage`` is kept: a key of the ASGI scope, the WSGI environ or
@@ -102,7 +103,8 @@ def usage(native: Any) -> Usage:
     """The ``Usage`` of the request ``native`` (the ASGI scope or a Starlette/FastAPI
     ``Request``, the WSGI environ or a Flask/werkzeug request, a Django ``HttpRequest``):
     the same object for every call of one request. On a request that no rule limited (or
-    with no ``response_cost`` configured) it is a meter that is simply never settled."""
+    with no ``response_cost`` configured: ``response_cost=True`` settles by the meter
+    alone) it is a meter that is simply never settled."""
     holder = _holder(native)
     found = holder.get(USAGE)
     if isinstance(found, Usage):
@@ -133,13 +135,16 @@ def _holder(native: Any) -> MutableMapping[str, Any]:
 
 
 class CostSource:
-    """Where one rule's real cost is read: a response header (``header``) or a callable."""
+    """Where one rule's real cost is read: a response header (``header``), a callable, or
+    (neither) the app's ``usage()`` meter alone; the meter backs the other two."""
 
     __slots__ = ("call", "header")
 
     def __init__(self, value: Any, where: str) -> None:
         self.header: str | None = None
         self.call: Callable[[RequestView, int, Mapping[str, str]], Any] | None = None
+        if value is True:
+            return  # the app's ``usage()`` meter alone
         if isinstance(value, str):
             name = value.strip().lower()
             if not _TOKEN.fullmatch(name):
@@ -151,8 +156,9 @@ class CostSource:
             self.call = value
         else:
             raise ConfigurationError(
-                f"{where} must be a response header name such as 'x-tokens-used' or a "
-                f"callable(view, status, headers) -> int | None, got {value!r:.80}"
+                f"{where} must be a response header name such as 'x-tokens-used', a "
+                f"callable(view, status, headers) -> int | None, or True (the app's usage() meter "
+                f"alone), got {value!r:.80}"
             )
 
 
