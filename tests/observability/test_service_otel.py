@@ -88,19 +88,23 @@ def test_serve_with_otel_exports_spans_and_metrics_and_never_the_key(tmp_path: P
     assert {"allowed", "refused"} == {p["attributes"]["result"] for p in instruments["ratekeeper.decision_latency"]}
 
 
-def test_serve_with_otel_and_an_exporter_not_installed_cannot_start(tmp_path: Path) -> None:
+def _refused_start(tmp_path: Path, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``ratekeeper serve ARGS`` on free ports, expected to refuse to start."""
     src = Path(__file__).resolve().parents[2] / "src"
-    environment = {**os.environ, **CONSOLE, "OTEL_METRICS_EXPORTER": "nonesuch", "PYTHONPATH": str(src)}
     ports = ["--http-port", "0", "--grpc-port", "0", "--admin-port", "0"]
-    run = subprocess.run(
-        [sys.executable, "-m", "ratekeeper", "serve", "--otel", *ports],
-        env=environment,
+    return subprocess.run(
+        [sys.executable, "-m", "ratekeeper", "serve", *args, *ports],
+        env={**os.environ, **env, "PYTHONPATH": str(src)},
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def test_serve_with_otel_and_an_exporter_not_installed_cannot_start(tmp_path: Path) -> None:
+    run = _refused_start(tmp_path, ["--otel"], {**CONSOLE, "OTEL_METRICS_EXPORTER": "nonesuch"})
     assert 2 == run.returncode
     assert "OTEL_METRICS_EXPORTER=nonesuch: no OpenTelemetry exporter of that name is installed" in run.stderr
     assert "Traceback" not in run.stderr
@@ -124,17 +128,7 @@ def test_serve_records_the_key_on_spans_only_when_asked_and_counts_refunds(tmp_p
 
 
 def test_serve_refuses_to_record_keys_without_otel(tmp_path: Path) -> None:
-    src = Path(__file__).resolve().parents[2] / "src"
-    environment = {**os.environ, "PYTHONPATH": str(src)}
-    run = subprocess.run(
-        [sys.executable, "-m", "ratekeeper", "serve", "--otel-record-key", "--http-port", "0", "--grpc-port", "0"],
-        env=environment,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    run = _refused_start(tmp_path, ["--otel-record-key"], {})
     assert 2 == run.returncode
     assert "--otel-record-key puts keys on OpenTelemetry spans: it needs --otel" in run.stderr
     assert "Traceback" not in run.stderr

@@ -18,7 +18,6 @@ from starlette.routing import Route
 
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate
-from ratekeeper.errors import StoreError
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.stores.url import open_store
@@ -26,38 +25,10 @@ from ratekeeper.testing import FakeClock
 from ratekeeper.web import RateLimitMiddleware, usage
 
 from .uvicorn_server import serve
+from .watched import WatchedAsyncLimiter as Watched
 
 PEER = "127.0.0.1"
 WAIT = 10.0  # bound of every wait for the server: a hang fails the test instead of blocking it
-
-
-class Watched(AsyncLimiter):
-    """An ``AsyncLimiter`` that tells the test thread each settlement it made (a charge or
-    a refund after the response), so the test reads the store only after it."""
-
-    def __init__(self, *args: Any, fail: bool = False, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.fail = fail
-        self.settled = threading.Semaphore(0)
-
-    async def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Any:
-        try:
-            if self.fail:
-                raise StoreError("the store went away")
-            return await super().charge(rule, key, cost, now=now)
-        finally:
-            self.settled.release()
-
-    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
-        try:
-            if self.fail:
-                raise StoreError("the store went away")
-            return await super().refund(rule, key, cost, lease_id=lease_id)
-        finally:
-            self.settled.release()
-
-    def wait(self) -> None:
-        assert self.settled.acquire(timeout=WAIT), "the response was not settled"
 
 
 def limiters(kind: str, prefix: str, clock: FakeClock, fail: bool = False) -> tuple[Watched, Limiter]:

@@ -27,12 +27,12 @@ from django.urls import path  # type: ignore[import-untyped]  # noqa: E402
 from ratekeeper import Rule  # noqa: E402
 from ratekeeper.config.model import HttpRule, KeyTemplate  # noqa: E402
 from ratekeeper.limiter.limiter import Limiter  # noqa: E402
-from ratekeeper.limiter.limiter_async import AsyncLimiter  # noqa: E402
 from ratekeeper.stores.url import open_store  # noqa: E402
 from ratekeeper.testing import FakeClock  # noqa: E402
 from ratekeeper.web import usage  # noqa: E402
 
 from .uvicorn_server import serve  # noqa: E402
+from .watched import WatchedAsyncLimiter, WatchedLimiter  # noqa: E402
 
 PEER = "127.0.0.1"
 WAIT = 10.0
@@ -76,46 +76,6 @@ async def acost(request: HttpRequest) -> HttpResponse:
 urlpatterns = [path("stream", stream), path("astream", astream), path("cost", cost), path("acost", acost)]
 
 
-class WatchedSync(Limiter):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.settled = threading.Semaphore(0)
-
-    def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Any:
-        try:
-            return super().charge(rule, key, cost, now=now)
-        finally:
-            self.settled.release()
-
-    def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
-        try:
-            return super().refund(rule, key, cost, lease_id=lease_id)
-        finally:
-            self.settled.release()
-
-
-class WatchedAsync(AsyncLimiter):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.settled = threading.Semaphore(0)
-
-    async def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Any:
-        try:
-            return await super().charge(rule, key, cost, now=now)
-        finally:
-            self.settled.release()
-
-    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
-        try:
-            return await super().refund(rule, key, cost, lease_id=lease_id)
-        finally:
-            self.settled.release()
-
-
-def wait(limiter: WatchedSync | WatchedAsync) -> None:
-    assert limiter.settled.acquire(timeout=WAIT), "the response was not settled"
-
-
 def used(limiter: Limiter, r: HttpRule, count: int) -> int:
     return count - limiter.peek(r.rule, PEER).remaining - 1
 
@@ -149,14 +109,14 @@ def wsgiref(app: Any) -> Iterator[str]:
 
 def test_sync_django_settles_a_streamed_response_and_a_cost_header(rule_name: str) -> None:
     r = HttpRule(Rule(rule_name, "1000/day", "fixed_window"), key=KeyTemplate.parse("{client_ip}"))
-    limiter = WatchedSync(open_store("memory://", clock=FakeClock()))
+    limiter = WatchedLimiter(open_store("memory://", clock=FakeClock()))
     with configured(r, limiter), wsgiref(WSGIHandler()) as url, httpx.Client(timeout=WAIT) as client:
         response = client.get(f"{url}/stream")
         assert response.status_code == 200 and response.text.count("row") == 6
-        wait(limiter)
+        limiter.wait()
         assert used(limiter, r, 1000) == 24
         assert client.get(f"{url}/cost", params={"n": "0"}).status_code == 200
-        wait(limiter)
+        limiter.wait()
         assert used(limiter, r, 1000) == 24
         assert client.get(f"{url}/cost", params={"n": "\u0665"}).status_code == 200  # not ASCII digits
         assert used(limiter, r, 1000) == 25
@@ -165,10 +125,10 @@ def test_sync_django_settles_a_streamed_response_and_a_cost_header(rule_name: st
 def test_sync_django_a_cost_over_the_charge_puts_the_key_in_debt(rule_name: str) -> None:
     r = HttpRule(Rule(rule_name, "5/minute", "gcra"), key=KeyTemplate.parse("{client_ip}"))
     clock = FakeClock()
-    limiter = WatchedSync(open_store("memory://", clock=clock))
+    limiter = WatchedLimiter(open_store("memory://", clock=clock))
     with configured(r, limiter), wsgiref(WSGIHandler()) as url, httpx.Client(timeout=WAIT) as client:
         assert client.get(f"{url}/cost", params={"n": "12"}).status_code == 200
-        wait(limiter)
+        limiter.wait()
         refused = client.get(f"{url}/cost", params={"n": "1"})
         assert refused.status_code == 429
         clock.advance(int(refused.headers["retry-after"]))
@@ -180,18 +140,18 @@ def test_async_django_settles_a_streamed_response_when_it_closes_it(kind: str, r
     r = HttpRule(Rule(rule_name, "1000/day", "fixed_window"), key=KeyTemplate.parse("{client_ip}"))
     if kind == "memory":
         store = open_store("memory://", clock=FakeClock())
-        limiter, reader = WatchedAsync(store), Limiter(store)
+        limiter, reader = WatchedAsyncLimiter(store), Limiter(store)
     else:
         url = f"redis://127.0.0.1:6379/0?prefix={key_prefix}"
-        limiter, reader = WatchedAsync(url), Limiter(url)
+        limiter, reader = WatchedAsyncLimiter(url), Limiter(url)
     with configured(r, limiter), serve(ASGIHandler(), lifespan="off") as url, httpx.Client(timeout=WAIT) as client:
         response = client.get(f"{url}/astream")
         assert response.status_code == 200 and response.text.count("row") == 5
-        wait(limiter)
+        limiter.wait()
         assert used(reader, r, 1000) == 35
         assert client.get(f"{url}/acost", params={"n": "5"}).status_code == 200
-        wait(limiter)
+        limiter.wait()
         assert used(reader, r, 1000) == 40
         assert client.get(f"{url}/acost", params={"n": "0"}).status_code == 200  # charged 1, refunded
-        wait(limiter)
+        limiter.wait()
         assert used(reader, r, 1000) == 40

@@ -5,9 +5,7 @@ status winning over the settlement."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
@@ -16,37 +14,16 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from ratekeeper import Rule
 from ratekeeper.limiter.limiter import Limiter
-from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.stores.url import open_store
 from ratekeeper.testing import FakeClock
 from ratekeeper.web import usage
 from ratekeeper.web.fastapi import RateLimit, limit
 
 from .uvicorn_server import serve
+from .watched import WatchedAsyncLimiter as Watched
 
 PEER = "127.0.0.1"
 WAIT = 10.0
-
-
-class Watched(AsyncLimiter):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.settled = threading.Semaphore(0)
-
-    async def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Any:
-        try:
-            return await super().charge(rule, key, cost, now=now)
-        finally:
-            self.settled.release()
-
-    async def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
-        try:
-            return await super().refund(rule, key, cost, lease_id=lease_id)
-        finally:
-            self.settled.release()
-
-    def wait(self) -> None:
-        assert self.settled.acquire(timeout=WAIT), "the response was not settled"
 
 
 def used(limiter: Limiter, rule: Rule, count: int = 1000) -> int:

@@ -25,31 +25,10 @@ from ratekeeper.testing import FakeClock
 from ratekeeper.web import Usage, WSGIRateLimitMiddleware, usage
 from ratekeeper.web.flask import RateLimiter
 
+from .watched import WatchedLimiter as Watched
+
 PEER = "127.0.0.1"
 WAIT = 10.0
-
-
-class Watched(Limiter):
-    """A ``Limiter`` that tells the test each settlement it made (after the response)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.settled = threading.Semaphore(0)
-
-    def charge(self, rule: Rule, key: str, cost: int, *, now: int | None = None) -> Any:
-        try:
-            return super().charge(rule, key, cost, now=now)
-        finally:
-            self.settled.release()
-
-    def refund(self, rule: Rule, key: str, cost: int = 1, *, lease_id: str | None = None) -> bool:
-        try:
-            return super().refund(rule, key, cost, lease_id=lease_id)
-        finally:
-            self.settled.release()
-
-    def wait(self) -> None:
-        assert self.settled.acquire(timeout=WAIT), "the response was not settled"
 
 
 def rule(name: str, limits: str = "1000/day", algorithm: str = "fixed_window") -> HttpRule:
