@@ -28,8 +28,11 @@ def percentiles(values: list[float]) -> dict[str, float]:
         return ordered[min(len(ordered) - 1, max(0, math.ceil(p / 100 * len(ordered)) - 1))] * 1000
 
     return {
-        "p50_ms": rank(50), "p90_ms": rank(90), "p99_ms": rank(99),
-        "max_ms": ordered[-1] * 1000, "mean_ms": sum(ordered) / len(ordered) * 1000,
+        "p50_ms": rank(50),
+        "p90_ms": rank(90),
+        "p99_ms": rank(99),
+        "max_ms": ordered[-1] * 1000,
+        "mean_ms": sum(ordered) / len(ordered) * 1000,
     }
 
 
@@ -49,8 +52,12 @@ def per_user(samples: list[Sample]) -> dict[str, dict[str, Any]]:
         # request sent late in the run may arrive seconds later on a loaded machine).
         span = max(s.intended + s.latency for s in mine) - min(s.sent for s in mine)
         table[user] = {
-            "sent": len(mine), "admitted": admitted, "denied": denied, "errors": len(mine) - admitted - denied,
-            "span_s": round(span, 3), "bound": bound(span),
+            "sent": len(mine),
+            "admitted": admitted,
+            "denied": denied,
+            "errors": len(mine) - admitted - denied,
+            "span_s": round(span, 3),
+            "bound": bound(span),
         }
     return table
 
@@ -75,8 +82,12 @@ def summarize(samples: list[Sample], run_seconds: float) -> dict[str, Any]:
     above = [u for u, row in users.items() if row["admitted"] > row["bound"]]
     exact = [u for u, row in users.items() if row["admitted"] == row["bound"]]
     return {
-        "run_seconds": run_seconds, "users": users, "total": total, "latency": latency,
-        "users_above_bound": above, "users_at_bound": exact,
+        "run_seconds": run_seconds,
+        "users": users,
+        "total": total,
+        "latency": latency,
+        "users_above_bound": above,
+        "users_at_bound": exact,
     }
 
 
@@ -85,7 +96,9 @@ def print_report(summary: dict[str, Any], pg: dict[str, Any] | None) -> None:
     rows = [*summary["users"].items(), ("TOTAL", summary["total"])]
     for user, row in rows:
         span = f"{row['span_s']:9.2f}" if "span_s" in row else " " * 9
-        print(f"{user:<12}{row['sent']:>8}{row['admitted']:>10}{row['bound']:>7}{row['denied']:>8}{row['errors']:>8}{span}")
+        print(
+            f"{user:<12}{row['sent']:>8}{row['admitted']:>10}{row['bound']:>7}{row['denied']:>8}{row['errors']:>8}{span}"
+        )
     t = summary["total"]
     print(f"floor route: {t['floor_sent']} requests, {t['floor_errors']} errors; late sends (>50 ms): {t['late']}")
     print("\nlatency from the intended send time, ms:")

@@ -56,8 +56,19 @@ def start_instance(store: str, log: Path) -> tuple[subprocess.Popen[bytes], str]
     port = free_port()
     env = {**os.environ, "PARTNER_PORTAL_STORE": store}
     cmd = [
-        sys.executable, "-m", "uvicorn", "app:app", "--app-dir", str(HERE), "--host", "127.0.0.1",
-        "--port", str(port), "--log-level", "warning", "--no-access-log",
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "app:app",
+        "--app-dir",
+        str(HERE),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+        "--no-access-log",
     ]
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
