@@ -5,7 +5,8 @@ Long random traces, seeded, on one or two limits: windows that start inside a se
 logs crossing many segment boundaries, refunds that pull segments back into the head,
 denials whose retry time lies in an old segment, a clock that steps back, atomic calls
 that are refused, and everything expiring at once; plus what the segment table holds after
-a reset, the sweep, a whole refund, a refused atomic call and a log in the old layout.
+a reset, the sweep, a whole refund and a refused atomic call, and that an array in no
+layout of the log fails its own call.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from ratekeeper.errors import StoreError
 from ratekeeper.limit import Limit
 from ratekeeper.op import Op
 from ratekeeper.rule import Rule
@@ -217,29 +219,38 @@ def test_a_refused_atomic_call_writes_no_segment(store: PostgresStore, schema: s
     assert len(segments(schema)) == 1
 
 
-def test_a_log_in_the_old_layout_is_read_and_converted(store: PostgresStore, schema: str) -> None:
-    """A state written before segments ((time, cost) pairs) decides as the same entries do,
-    and its next charge writes it in segments."""
-    plan = Rule("old", ["1000/1h", "30/10ms"], "sliding_window_log").plan
-    key = wire.storage_key("", plan, "k")
-    times = [T0 + i * 100 for i in range(150)]
-    costs = [1 + i % 3 for i in range(150)]
-    store.decide(Op.peek(plan, "warm", 1), now=T0)  # installs the schema
+@pytest.mark.parametrize(
+    "state",
+    [[1_750_000_000_000_000, 1, 1_750_000_000_000_100, 2], [0, 0, 0], [0]],
+    ids=["time-cost-pairs", "three", "one"],
+)
+def test_an_array_in_no_layout_of_the_log_fails_its_own_call(
+    store: PostgresStore, schema: str, state: list[int]
+) -> None:
+    """(time, cost) pairs (a layout no release wrote) or an array too short for the header
+    are no state of the rule: its calls fail, every write path alike, rather than misread
+    it, and leave the row and the other keys as they were."""
+    plan = Rule("bad", ["1000/1h", "30/10ms"], "sliding_window_log").plan
+    key = wire.storage_key("", plan, "bad")
+    assert store.decide(Op.decide(plan, "good", 1), now=T0)  # installs the schema
     with psycopg.connect(PG_URL, autocommit=True) as conn:
-        pairs = [v for t, c in zip(times, costs, strict=True) for v in (t, c)]
         conn.execute(
             f"INSERT INTO {schema}.state (key, state, expires_at) VALUES (%s, %s::numeric[], %s)",
-            (key, pairs, 2**62),
+            (key, state, 2**62),
         )
-    totals = [sum(costs[: i + 1]) for i in range(150)]
-    model = Model()
-    model.states[key] = (0, list(times), totals, 0, 150)
-    now = times[-1]
-    for i, cost in enumerate([0, 1, 5, 2, 1, 40, 1]):
-        now += 2_000
-        ops: list[wire.Op] = [(wire.DECIDE, plan, "k", cost, None, None)]
-        assert model.run(now, False, ops) == store.decide_ops(ops, now=now), i
-    assert len(segments(schema, key)) == 150 // SEGMENT
+    before = state_rows(schema)
+    calls = [
+        [Op.decide(plan, "bad", 1)],  # a lone decide: decide_single
+        [Op.peek(plan, "bad", 1), Op.decide(plan, "good", 1)],  # the general function
+        [Op.refund(plan, "bad", 1)],
+        [Op.charge(plan, "bad", 1)],
+    ]
+    for ops in calls:
+        with pytest.raises(StoreError, match="not a sliding log state"):
+            store.decide_ops(ops, now=T0 + 1_000)
+    assert state_rows(schema) == before
+    assert segments(schema) == []
+    assert store.decide(Op.decide(plan, "good", 1), now=T0 + 2_000).remaining == 30 - 2
 
 
 def test_threads_on_one_long_log_admit_exactly_the_limit(pg_url: str, schema: str) -> None:

@@ -18,9 +18,8 @@
 --               too (stored: 0)
 --   [6 .. 5+n]      the head's times, ascending
 --   [6+n .. 5+2n]   the head's running totals
--- A state of even length is a log written before segments existed ((time, cost) pairs
--- oldest first); it is read as such and written back in this layout by its next charge or
--- refund, so no state is misread and none is lost.
+-- Any other array (an even length, or shorter than 5) is no state of this rule: the call
+-- fails rather than misread it.
 --
 -- A limit of period p counts the kept entries with time > now - p: the cost admitted in
 -- its window is total - before, where before is the running total before the first such
@@ -141,14 +140,17 @@ DECLARE
     resets bigint[] := '{}';
 BEGIN
     new_leases := ls;
-    IF len % 2 = 0 THEN  -- absent, or the layout before segments: (time, cost) pairs
-        n := len / 2;
+    IF len = 0 THEN  -- absent: an empty log
+        n := 0;
         base := 0;
         hi := 0;
         hi_t := 0;
         lo := 0;
-        times := ARRAY(SELECT st[2 * i - 1] FROM generate_series(1, n) AS i ORDER BY i);
-        totals := ARRAY(SELECT sum(st[2 * i]) OVER (ORDER BY i) FROM generate_series(1, n) AS i ORDER BY i);
+        times := '{}';
+        totals := '{}';
+    ELSIF len % 2 = 0 OR len < 5 THEN
+        RAISE EXCEPTION 'ratekeeper: the state at % is not a sliding log state (% numbers: 5 and an even count expected)',
+            lkey, len;
     ELSE
         base := st[1];
         hi := st[2];
@@ -312,9 +314,6 @@ DECLARE
     first int := 1;
     m int;
 BEGIN
-    IF len % 2 = 0 THEN
-        RETURN st;  -- not this layout (an unchanged older log, or NULL)
-    END IF;
     base := st[1];
     hi := st[2];
     hi_t := st[3];
