@@ -36,6 +36,7 @@ ENV = {
     "grpc_max_rpcs": "RATEKEEPER_GRPC_MAX_RPCS",
     "grpc_keepalive": "RATEKEEPER_GRPC_KEEPALIVE",
     "grpc_idle_timeout": "RATEKEEPER_GRPC_IDLE_TIMEOUT",
+    "grpc_read_timeout": "RATEKEEPER_GRPC_READ_TIMEOUT",
     "on_error": "RATEKEEPER_ON_ERROR",
     "over_limit_cache": "RATEKEEPER_OVER_LIMIT_CACHE",
     "merge_domains": "MERGE_DOMAIN_CONFIG",
@@ -148,6 +149,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     limits.add_argument(
         "--grpc-idle-timeout", metavar="SECONDS", help="close an idle gRPC connection after (default: 300)"
     )
+    limits.add_argument(
+        "--grpc-read-timeout",
+        metavar="SECONDS",
+        help="a gRPC call's request message, and a connection's handshake, must arrive within (default: 10)",
+    )
     p.add_argument(
         "--on-error",
         choices=POLICIES,
@@ -236,6 +242,7 @@ def run(args: argparse.Namespace) -> int:
         max_rpcs=int(number("grpc_max_rpcs", 4096, integer=True)),
         keepalive_seconds=number("grpc_keepalive", 60.0),
         idle_seconds=number("grpc_idle_timeout", 300.0),
+        read_timeout=number("grpc_read_timeout", 10.0),
     )
     on_error = args.on_error or env.get(ENV["on_error"]) or "raise"
     if on_error not in POLICIES:

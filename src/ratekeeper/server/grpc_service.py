@@ -11,11 +11,14 @@ service by name; ``Health`` watchers are told of each change.
 With decision tokens, ``ShouldRateLimit`` needs the metadata ``authorization: Bearer
 <secret>`` (``UNAUTHENTICATED`` without it); health checking answers without one, as
 ``/healthz`` does. The server is bounded (``GrpcLimits``): message size, streams per
-connection, RPCs in progress, keep-alive pings and idle connections.
+connection, RPCs in progress, keep-alive pings, idle connections, the connection
+handshake, and the time a call's request message has to arrive (``ReceiveDeadline``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +35,14 @@ from ratekeeper.server.problems import BadInput
 from ratekeeper.server.service import Service
 from ratekeeper.server.tls import TlsState
 
-__all__ = ["SERVICE_NAME", "GrpcLimits", "RateLimitServicer", "TokenInterceptor", "build_grpc_server"]
+__all__ = [
+    "SERVICE_NAME",
+    "GrpcLimits",
+    "RateLimitServicer",
+    "ReceiveDeadline",
+    "TokenInterceptor",
+    "build_grpc_server",
+]
 
 SERVICE_NAME = rls_pb2.DESCRIPTOR.services_by_name["RateLimitService"].full_name
 """``envoy.service.ratelimit.v3.RateLimitService``: the name health checking answers for."""
@@ -113,15 +123,88 @@ class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if tokens.match(bearer_secret(authorization)) is not None:
             return await continuation(details)
         what = "no bearer token" if authorization is None else "a token the decision surface does not know"
-        return grpc.unary_unary_rpc_method_handler(_refuse(f"{details.method} needs a token; the call has {what}"))
+        # Request-streaming: the refusal is sent at once, without waiting for the message.
+        return grpc.stream_unary_rpc_method_handler(_refuse(f"{details.method} needs a token; the call has {what}"))
 
 
 def _refuse(message: str) -> Callable[[Any, Any], Awaitable[Any]]:
-    async def handler(request: Any, context: Any) -> Any:
+    async def handler(requests: Any, context: Any) -> Any:
         await context.abort(
             grpc.StatusCode.UNAUTHENTICATED, f"{message}; expected metadata authorization: Bearer <secret>"
         )
 
+    return handler
+
+
+class ReceiveDeadline(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Cancels a call whose request message has not arrived whole within ``seconds``.
+
+    grpc counts a call against ``maximum_concurrent_rpcs`` from its HEADERS frame until
+    its handler returns, and a unary handler only starts once the message is whole: a
+    client that sends HEADERS and then nothing (or part of the message), while it answers
+    the keep-alive pings, would hold its slot forever, and ``max_rpcs`` such calls lock
+    out every Envoy. grpc has no server-side receive deadline (the call's deadline is the
+    client's ``grpc-timeout``, which an attacker leaves out), so each request-unary
+    handler is served as a request-streaming one that reads its one message under a
+    timer: past it the call ends ``DEADLINE_EXCEEDED`` and its slot is free.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_streaming:
+            return handler  # unknown methods are refused at once; streams read as they go
+        return _reading_under_deadline(handler, self.seconds)
+
+
+def _reading_under_deadline(handler: Any, seconds: float) -> Any:
+    """``handler`` (request-unary) as a request-streaming handler that waits at most
+    ``seconds`` for its message; a synchronous behaviour (none here) is left as it is."""
+
+    async def receive(context: Any) -> Any:
+        try:
+            request = await asyncio.wait_for(context.read(), seconds)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"the request message did not arrive whole within {seconds:g} s of the call's start; "
+                f"expected the whole message within {seconds:g} s",
+            )
+        if request is grpc.aio.EOF:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the call ended without its request message; expected one message"
+            )
+        return request
+
+    serializers = {
+        "request_deserializer": handler.request_deserializer,
+        "response_serializer": handler.response_serializer,
+    }
+    if not handler.response_streaming:
+        unary = handler.unary_unary
+        if not inspect.iscoroutinefunction(unary):
+            return handler
+
+        async def answer(requests: Any, context: Any) -> Any:
+            return await unary(await receive(context), context)
+
+        return grpc.stream_unary_rpc_method_handler(answer, **serializers)
+    streaming = handler.unary_stream
+    if inspect.iscoroutinefunction(streaming):  # writes with context.write
+
+        async def write(requests: Any, context: Any) -> None:
+            await streaming(await receive(context), context)
+
+        return grpc.stream_stream_rpc_method_handler(write, **serializers)
+    if inspect.isasyncgenfunction(streaming):
+
+        async def generate(requests: Any, context: Any) -> Any:
+            async for response in streaming(await receive(context), context):
+                yield response
+
+        return grpc.stream_stream_rpc_method_handler(generate, **serializers)
     return handler
 
 
@@ -134,6 +217,8 @@ class GrpcLimits:
     max_rpcs: int = 4096
     keepalive_seconds: float = 60.0
     idle_seconds: float = 300.0
+    read_timeout: float = 10.0
+    """A call's request message, and a new connection's handshake, must arrive within."""
 
     def options(self) -> list[tuple[str, int]]:
         return [
@@ -148,6 +233,8 @@ class GrpcLimits:
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.http2.max_ping_strikes", 2),
             ("grpc.max_connection_idle_ms", int(self.idle_seconds * 1000)),
+            # TLS and the HTTP/2 preface of a new connection (grpc's default: 120 s).
+            ("grpc.server_handshake_timeout_ms", max(1, int(self.read_timeout * 1000))),
         ]
 
 
@@ -163,7 +250,8 @@ def build_grpc_server(
     returns it, its ``Health`` and the port bound (port 0 picks a free one)."""
     limits = limits or GrpcLimits()
     server = grpc.aio.server(
-        interceptors=[TokenInterceptor(tokens or TokenSource())],
+        # The deadline first: it wraps whatever handler the token check chose.
+        interceptors=[ReceiveDeadline(limits.read_timeout), TokenInterceptor(tokens or TokenSource())],
         options=limits.options(),
         maximum_concurrent_rpcs=limits.max_rpcs,
     )
