@@ -11,6 +11,8 @@ clients it does not trust needs (uvicorn has none of them by default).
   arrive, before httptools buffers a header whole, so a client streaming an endless
   header is answered 431 and closed after about ``max_header_bytes``, not after it has
   filled the memory;
+- the Host field RFC 9112 §3.2 asks for: an HTTP/1.1 request without exactly one
+  Host field is answered 400 and closed (HTTP/1.0 needs none);
 - a cap on open connections per listener: at the cap, a new connection takes the place
   of the oldest idle one (no request in progress: keep-alive, or a request still
   arriving); only when every connection is busy is it answered 503 at once and closed.
@@ -41,7 +43,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from ratekeeper.server.problems import problem_document
 from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE
 
-__all__ = ["GuardedProtocol", "HttpLimits", "bind", "http_server", "raise_open_files_limit"]
+__all__ = ["GuardedProtocol", "HttpLimits", "bind", "host_problem", "http_server", "raise_open_files_limit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +76,21 @@ def _plain_answer(status: int, detail: str, accepted: str | None, extra: list[tu
         *(f"{k}: {v}" for k, v in extra),
     ]
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+_HOST_ACCEPTED = "exactly one Host header field in an HTTP/1.1 request"
+
+
+def host_problem(http_version: str, hosts: list[bytes]) -> str | None:
+    """What is wrong with the Host fields ``hosts`` of a request, None when nothing is:
+    RFC 9112 §3.2, a server MUST answer 400 to an HTTP/1.1 request without exactly one
+    (an empty one is right: a target without an authority). HTTP/1.0 needs none, and
+    may not send several either. The value is not checked here: no route reads it."""
+    if not hosts:
+        return None if http_version == "1.0" else f"an HTTP/{http_version} request without a Host header field"
+    if len(hosts) > 1:
+        return f"a request with {len(hosts)} Host header fields"
+    return None
 
 
 _arrivals = itertools.count()
@@ -239,6 +256,9 @@ class GuardedProtocol(HttpToolsProtocol):
         size = len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
         if size > self.limits.max_header_bytes:
             raise _Refuse(*self._head_too_large())
+        wrong_host = host_problem(self.parser.get_http_version(), [v for n, v in self.headers if n == b"host"])
+        if wrong_host is not None:
+            raise _Refuse(400, wrong_host, _HOST_ACCEPTED)
         self._in_head = False
         super().on_headers_complete()
 
