@@ -23,6 +23,7 @@ from ratekeeper.limit import Limit
 from ratekeeper.op import Op
 from ratekeeper.rule import Rule
 from ratekeeper.stores import wire
+from ratekeeper.stores.postgres.schema import marker
 from ratekeeper.stores.postgres.store import PostgresStore
 
 from .conftest import PG_URL
@@ -346,3 +347,42 @@ def test_the_segment_table_has_the_state_tables_persistence(schema: str, first: 
             (f"{schema}.state", f"{schema}.state_log"),
         ).fetchall()
     assert found == [("state", "u" if first else "p"), ("state_log", "u" if first else "p")]
+
+
+def test_an_install_of_another_version_gets_the_shipped_sliding_log_at_a_stores_first_call(
+    pg_url: str, schema: str
+) -> None:
+    """A changed function body reaches an existing database as every function change does:
+    the store trusts an install that carries its marker, and migrates one that carries
+    another at its first call, which then runs the body this package ships."""
+    plan = Rule("upgrade", ["5/1h"], "sliding_window_log").plan
+    first = PostgresStore(pg_url)
+    try:
+        first.migrate()
+    finally:
+        first.close()
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(
+            f"CREATE OR REPLACE FUNCTION {schema}.state_sliding_window_log("
+            "lkey text, st numeric[], ls text[], now_us bigint, spec bigint[], cost bigint, op_mode text, "
+            "OUT new_state numeric[], OUT new_leases text[], OUT reply bigint[]) "
+            "LANGUAGE plpgsql STABLE AS $$ BEGIN RAISE EXCEPTION 'an older body'; END $$"
+        )
+    for marked, works in (("current", False), ("older", True)):
+        if marked == "older":
+            with psycopg.connect(PG_URL, autocommit=True) as conn:
+                conn.execute(f"COMMENT ON FUNCTION {schema}.state_decide(text[], text) IS 'ratekeeper older'")
+        store = PostgresStore(pg_url)
+        try:
+            if works:
+                assert store.decide(Op.decide(plan, "k", 1), now=T0).remaining == 4
+            else:
+                with pytest.raises(StoreError, match="an older body"):
+                    store.decide(Op.decide(plan, "k", 1), now=T0)
+        finally:
+            store.close()
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        installed = conn.execute(
+            "SELECT obj_description(to_regprocedure(%s), 'pg_proc')", (f"{schema}.state_decide(text[],text)",)
+        ).fetchone()
+    assert installed == (marker(),)
