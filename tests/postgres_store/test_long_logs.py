@@ -329,15 +329,16 @@ def test_long_logs_with_large_numbers_decide_as_the_reference(
 
 @pytest.mark.parametrize(("first", "later"), [(True, True), (False, True), (True, False)])
 def test_the_segment_table_has_the_state_tables_persistence(schema: str, first: bool, later: bool) -> None:
-    """UNLOGGED or not as the state table (a crash empties both or neither), also when the
-    segment table is created by a later version on a state table that already exists."""
+    """UNLOGGED or not as the state table (a crash empties both or neither), also when a
+    later migration creates the segment table next to a state table that already exists
+    (the segment table dropped by hand), whatever unlogged= says then."""
     for step, unlogged in enumerate((first, later)):
         store = PostgresStore(PG_URL, schema=schema, unlogged=unlogged)
         try:
             store.migrate()
         finally:
             store.close()
-        if step == 0:  # as an install from before segments: no segment table, older functions
+        if step == 0:  # the segment table gone, and functions of another version: the next store migrates
             with psycopg.connect(PG_URL, autocommit=True) as conn:
                 conn.execute(f"DROP TABLE {schema}.state_log")
                 conn.execute(f"COMMENT ON FUNCTION {schema}.state_decide(text[], text) IS 'ratekeeper older'")
