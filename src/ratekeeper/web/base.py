@@ -104,7 +104,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Collection, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from time import perf_counter
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Unpack
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
@@ -113,12 +112,18 @@ from ratekeeper.config.sources import rules_from
 from ratekeeper.config.watcher import RulesWatcher
 from ratekeeper.decision import BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError
-from ratekeeper.keys import bounded_key
+from ratekeeper.keys import MAX_KEY_LENGTH, bounded_key
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, Step, transaction
 from ratekeeper.web.client_ip import ClientAddress, Networks
-from ratekeeper.web.headers import HeaderOptions, header_names, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.headers import (
+    HeaderOptions,
+    header_names,
+    one_rule_headers,
+    rate_limit_headers,
+    retry_after_seconds,
+)
 from ratekeeper.web.keyable import EVERYTHING, KeyReport, Lack, Provides
 from ratekeeper.web.options import (
     MISSING_COST,
@@ -356,18 +361,14 @@ class BaseRateLimitCore(Generic[L]):
     def one_verdict(self, prepared: Prepared, decision: Decision) -> Verdict:
         """The verdict of a request of one enforced rule (``Prepared.one``), decided by the
         limiter's ``try_acquire``: what its transaction's one ``try_acquire_many`` of one item is."""
-        rule, key, cost = prepared.enforced[0]
+        http_rule, key, cost = prepared.enforced[0]
+        rule = http_rule.rule
         if decision.allowed:
-            charge = Charge(rule.rule, key, cost, decision.lease_id)
-            return self._admitted(prepared, ((rule.rule, decision),), (), (charge,))
-        return self._verdict(prepared, Outcome(False, (Entry(rule.rule, key, cost),), (decision,)))
-
-    def _timed(self, start: float, verdict: Verdict) -> None:
-        """Report the decision's time to the metrics (``decision_time``, optional like
-        ``configured_rules``); a request no rule limited never reached the limiter."""
-        timed = self._decision_time
-        if timed is not None and verdict is not EXEMPT and verdict is not PASS:
-            timed(perf_counter() - start, verdict.allowed)
+            # ``_admitted`` of one pair, without the generators that take a batch apart
+            headers = one_rule_headers(rule, decision, allowed=True, options=self.header_options)
+            charges = (Charge(rule, key, cost, decision.lease_id),)
+            return Verdict(True, tuple(headers), 200, b"", (decision,), (), charges, prepared.skipped, rules=(rule,))
+        return self._verdict(prepared, Outcome(False, (Entry(rule, key, cost),), (decision,)))
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
         """One set of rate-limit headers for a request admitted by several checks (the
@@ -385,39 +386,52 @@ class BaseRateLimitCore(Generic[L]):
     # -- the pure parts ---------------------------------------------------------------
 
     def _prepare(self, view: RequestView) -> Prepared | None:
-        """The rules, keys and costs for ``view``; None when the request is exempt."""
+        """The rules, keys and costs for ``view``; None when the request is exempt.
+
+        On every request's path: what a request needs is made when it first needs it (the
+        key templates' lookup, the lists of shadow rules and skipped ones)."""
         method = view.method.upper()
         if method in self.exempt_methods:
             return None
-        if self.exempt_paths and any(t.match(view.path) is not None for t in self.exempt_paths):
+        path = view.path
+        if self.exempt_paths and any(t.match(path) is not None for t in self.exempt_paths):
             return None
-        lookup = _Lookup(self, view)
-        if self.exempt_networks.networks and lookup.client_address() in self.exempt_networks:
-            return None
+        lookup: _Lookup | None = None
+        if self.exempt_networks.networks:
+            lookup = _Lookup(self, view)
+            if lookup.client_address() in self.exempt_networks:
+                return None
         if self.exempt is not None and self.exempt(view):
             return None
-        for template, values in self.exempt_parts:
-            if template.render(lookup) in values:
-                return None
+        if self.exempt_parts:
+            lookup = lookup or _Lookup(self, view)
+            for template, values in self.exempt_parts:
+                if template.render(lookup) in values:
+                    return None
         enforced: list[tuple[HttpRule, str, int]] = []
-        shadow: list[tuple[HttpRule, str, int]] = []
-        skipped: list[str] = []
+        shadow: list[tuple[HttpRule, str, int]] | None = None
+        skipped: list[str] | None = None
         exempted = False
         for step in self._steps():
             rule = step.rule
             if step.match_all:
-                lookup.rule_params = _NO_PARAMS
+                params = _NO_PARAMS
             else:
-                params = rule.match.match(method, view.path, view.host)
-                if params is None:
+                found = rule.match.match(method, path, view.host)
+                if found is None:
                     continue
-                lookup.rule_params = params
+                params = found
+            if lookup is None:
+                lookup = _Lookup(self, view)
+            lookup.rule_params = params
             if step.client_key:
-                key = lookup("client_ip", None) or None
+                key = lookup.client_key() or None
             else:
                 key = rule.key.render(lookup) if self.key is None else self.key(view, rule)
             cost = step.cost if step.cost is not None or key is None else self._cost(rule, view, lookup)
             if key is None or cost is None:
+                if skipped is None:
+                    skipped = []
                 skipped.append(rule.name)
                 if self.metrics is not None:
                     self.metrics.skipped(rule.name)
@@ -425,15 +439,26 @@ class BaseRateLimitCore(Generic[L]):
             if step.exempt_keys is not None and key in step.exempt_keys:
                 exempted = True
                 continue
-            (shadow if step.shadow else enforced).append((rule, bounded_key(key), cost))
+            if len(key) > MAX_KEY_LENGTH:
+                key = bounded_key(key)
+            if step.shadow:
+                if shadow is None:
+                    shadow = []
+                shadow.append((rule, key, cost))
+            else:
+                enforced.append((rule, key, cost))
         if exempted and not enforced and not shadow:
             return None
-        return Prepared(tuple(enforced), tuple(shadow), tuple(skipped))
+        return Prepared(
+            tuple(enforced), () if shadow is None else tuple(shadow), () if skipped is None else tuple(skipped)
+        )
 
     def _steps(self) -> tuple[_Step, ...]:
         """What ``_prepare`` does for each rule in force, worked out once per version of the rules."""
-        ruleset = self.rules
+        source = self._source
+        ruleset = source.fixed if source.fixed is not None else source.current()
         if ruleset is not self._stepped:
+            ruleset = self.rules  # a new version: reported first (``rules``)
             self._step_list = tuple(_Step.of(self, rule) for rule in ruleset)
             self._stepped = ruleset
         return self._step_list
@@ -619,6 +644,12 @@ class _Lookup:
             self._client = (address,)
             self._client_key = key
 
+    def client_key(self) -> str | None:
+        """The ``{client_ip}`` part (``self("client_ip", None)``, without its dispatch)."""
+        if self._client is None:
+            self._resolve_client()
+        return self._client_key
+
     def client_address(self) -> Any:
         self._resolve_client()
         return self._client[0]
@@ -652,16 +683,17 @@ class _RulesSource:
     """The rules in force: fixed ones given in code, or a file's through its watcher."""
 
     def __init__(self, rules: Any, metrics: Any, interval: float) -> None:
-        self._fixed: RuleSet | None = None
+        self.fixed: RuleSet | None = None
+        """The rules given in code (None: a file's, through the watcher)."""
         self._watcher: RulesWatcher[RuleSet] | None = None
         if isinstance(rules, str | os.PathLike):
             on_reload = None if metrics is None else (lambda ok, _error: metrics.reloaded(ok))
             self._watcher = RulesWatcher(rules, loader=load_rules, interval=interval, on_reload=on_reload)
         else:
-            self._fixed = rules_from(rules)
+            self.fixed = rules_from(rules)
 
     def current(self) -> RuleSet:
-        if self._fixed is not None:
-            return self._fixed
+        if self.fixed is not None:
+            return self.fixed
         assert self._watcher is not None
         return self._watcher.current

@@ -14,7 +14,7 @@ from time import perf_counter
 from ratekeeper.limiter.drive_async import drive
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import BaseRateLimitCore
-from ratekeeper.web.request import Charge, RequestView, Verdict
+from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
 __all__ = ["AsyncRateLimitCore", "RequestView", "Verdict"]
@@ -28,16 +28,22 @@ class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
     async def check(self, view: RequestView) -> Verdict:
         """Decide ``view``: its transaction, run by the limiter (``check_flow``); a request
         of one enforced rule is one ``try_acquire``, called without the transaction's steps."""
-        start = perf_counter() if self._decision_time is not None else 0.0
+        timed = self._decision_time  # None without metrics: no clock read, no call
+        start = perf_counter() if timed is not None else 0.0
         prepared = self.prepare(view)
         if isinstance(prepared, Verdict):
-            verdict = prepared
-        elif prepared.one:
-            rule, key, cost = prepared.enforced[0]
+            # no rule limited it; one whose rules were all skipped is still timed
+            if timed is not None and prepared is not EXEMPT and prepared is not PASS:
+                timed(perf_counter() - start, prepared.allowed)
+            return prepared
+        enforced = prepared.enforced
+        if len(enforced) == 1 and not prepared.shadow:  # ``Prepared.one``, inlined
+            rule, key, cost = enforced[0]
             verdict = self.one_verdict(prepared, await self.limiter.try_acquire(rule.rule, key, cost))
         else:
             verdict = await drive(self.limiter, self.decision_flow(prepared))
-        self._timed(start, verdict)
+        if timed is not None:
+            timed(perf_counter() - start, verdict.allowed)
         return verdict
 
     async def finish(self, verdict: Verdict, status: int, response: ResponseRecord | None = None) -> None:

@@ -80,6 +80,7 @@ __all__ = [
     "advertised",
     "exact_policy",
     "header_names",
+    "one_rule_headers",
     "policy_names",
     "rate_limit_headers",
     "ratelimit_fields",
@@ -453,21 +454,24 @@ def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], flo
     """``ratelimit_fields([d])`` and ``x_ratelimit_fields([d], ...)`` for a decision of a
     rule of one limit, as most requests have: both report that limit, with the same
     remaining count and seconds, so each is worked out once."""
-    r, t = _limit_r(d, 0), _limit_t(d, 0)
-    headers: list[tuple[str, str]] = []
+    if d.denied_index == 0:  # the limit refused: ``_limit_r`` and ``_limit_t`` say what then
+        r, t = _limit_r(d, 0), _limit_t(d, 0)
+    else:  # the same, inlined for the limit that did not refuse (every admitted request)
+        r = d.remaining_each[0]
+        r = r if r > 0 else 0
+        t = -(-d.reset_us[0] // _US)  # ``whole_seconds``
+        t = t if t > 0 else 0
     policy_name, ratelimit_name, limit_name, remaining_name, reset_name = options.sent
+    if options.x_ratelimit:
+        reset = t if options.reset == "seconds" else math.ceil(now()) + t
+        x_fields = [(limit_name, str(d.rule_limits[0].count)), (remaining_name, str(r)), (reset_name, str(reset))]
+    else:
+        x_fields = []
     if options.ratelimit:
         items, members = _rule_policy(d.rule, d.rule_limits)
         if items:
-            headers += [(policy_name, members), (ratelimit_name, f"{items[0][1]};r={r};t={t}")]
-    if options.x_ratelimit:
-        reset = t if options.reset == "seconds" else math.ceil(now()) + t
-        headers += [
-            (limit_name, str(d.rule_limits[0].count)),
-            (remaining_name, str(r)),
-            (reset_name, str(reset)),
-        ]
-    return headers
+            return [(policy_name, members), (ratelimit_name, f"{items[0][1]};r={r};t={t}"), *x_fields]
+    return x_fields
 
 
 def retry_after_seconds(decisions: Iterable[Decision]) -> int | None:
@@ -499,7 +503,35 @@ def rate_limit_headers(
     decisions (shadow rules are never in headers): the quota fields of the advertised
     decisions (``advertised``) and, when the request was refused, ``Retry-After``."""
     pairs = list(enforced)
-    shown = advertised(pairs)
+    headers = _quota_fields(advertised(pairs), options, now)
+    if not allowed:
+        retry = retry_after_seconds(d for _, d in pairs)
+        if retry is not None:
+            headers.append(("Retry-After", str(retry)))
+    return headers
+
+
+def one_rule_headers(
+    rule: Rule,
+    decision: Decision,
+    *,
+    allowed: bool,
+    options: HeaderOptions = DEFAULT_HEADERS,
+    now: Callable[[], float] = time.time,
+) -> list[tuple[str, str]]:
+    """``rate_limit_headers([(rule, decision)], ...)``: the headers of a request that one
+    enforced rule decided, as most requests are, without building the lists of pairs."""
+    shown = () if rule.algorithm == "concurrency" or decision.fallback in UNINFORMED else (decision,)
+    headers = _quota_fields(shown, options, now)
+    if not allowed:
+        retry = retry_after_seconds((decision,))
+        if retry is not None:
+            headers.append(("Retry-After", str(retry)))
+    return headers
+
+
+def _quota_fields(shown: Sequence[Decision], options: HeaderOptions, now: Callable[[], float]) -> list[tuple[str, str]]:
+    """The quota fields of the advertised decisions ``shown``, under ``options``' names."""
     headers: list[tuple[str, str]]
     if len(shown) == 1 and len(shown[0].rule_limits) == 1:
         headers = _one_limit_fields(shown[0], options, now)
@@ -512,8 +544,4 @@ def rate_limit_headers(
             headers += _x_ratelimit_fields(shown, options.reset, now, sent)
     if options.partial:  # a field left out was built under "": cheaper than a test per field
         headers = _present(headers)
-    if not allowed:
-        retry = retry_after_seconds(d for _, d in pairs)
-        if retry is not None:
-            headers.append(("Retry-After", str(retry)))
     return headers
