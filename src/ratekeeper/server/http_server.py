@@ -19,6 +19,15 @@ clients it does not trust needs (uvicorn has none of them by default).
   uvicorn's ``limit_concurrency`` is not used: it counts the idle connections too and
   answers 503 only once a request has been read, so idle connections still lock out
   every newcomer.
+- with TLS, the handshake is started here (the loop's TLS protocol put on the accepted
+  connection) rather than by the listening socket: a connection counts against the cap from its
+  first byte, as an idle one, and its handshake must end within ``read_timeout``.
+  When the event loop does the handshake (uvicorn's ``ssl=``), the protocol only learns
+  of a connection once it is done, so half-open handshakes (a client that connects and
+  sends nothing, or part of a ClientHello) were counted nowhere and held an open file
+  each for asyncio's 60 s: enough of them exhaust the open files and lock everyone out.
+  At the cap with every connection busy, a TLS newcomer is closed without a word (there
+  is no TLS session yet to answer 503 in).
 
 The keep-alive timeout is uvicorn's own (``timeout_keep_alive``).
 """
@@ -26,6 +35,7 @@ The keep-alive timeout is uvicorn's own (``timeout_keep_alive``).
 from __future__ import annotations
 
 import asyncio
+import asyncio.sslproto
 import contextlib
 import itertools
 import json
@@ -97,9 +107,11 @@ _arrivals = itertools.count()
 
 
 class GuardedProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol with a read timeout, a head cap and a connection cap."""
+    """uvicorn's httptools protocol with a read timeout, a head cap and a connection cap
+    (and the TLS handshake under both, when ``tls``)."""
 
     limits: ClassVar[HttpLimits] = HttpLimits()
+    tls: ClassVar[ssl.SSLContext | None] = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -110,14 +122,21 @@ class GuardedProtocol(HttpToolsProtocol):
         self._began = False  # part of the current request has arrived
         self._ended_now = False  # a request ended within the chunk being parsed
         self._head_bytes = 0
+        self._handshaking = False  # TLS: the handshake has not ended; self.transport is the TCP one
 
     # -- connections ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if self._handshaking:  # the TLS protocol's call: the handshake is done
+            self._handshake_done(transport)
+            return
         self._opened = next(_arrivals)
         if len(self.connections) >= self.limits.max_connections and not self._evict_idle():
             self.transport = transport
             self._closed_by_us = True
+            if self.tls is not None:
+                transport.close()  # no TLS session to answer in
+                return
             transport.write(
                 _plain_answer(
                     503,
@@ -128,12 +147,71 @@ class GuardedProtocol(HttpToolsProtocol):
             )
             transport.close()
             return
+        if self.tls is not None:
+            self._begin_handshake(transport)
+            return
         super().connection_made(transport)
         self._start_read_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._cancel_read_timer()
         super().connection_lost(exc)
+
+    # -- TLS --------------------------------------------------------------------------
+
+    def _begin_handshake(self, transport: asyncio.Transport) -> None:
+        """Count the connection now (idle: the oldest makes room first), hand its bytes
+        to the loop's TLS protocol, and time the handshake with the read timer; the TLS
+        protocol calls ``connection_made`` again once it is done.
+
+        Done here, within ``connection_made``, not by ``loop.start_tls`` in a task: the
+        loop starts reading when ``connection_made`` returns, and a ClientHello read
+        before the task ran would reach this protocol instead of TLS."""
+        self.transport = transport  # until the handshake ends: what the timer and an eviction close
+        self._handshaking = True
+        self.connections.add(self)
+        self._start_read_timer()
+        done = self.loop.create_future()
+        done.add_done_callback(self._handshake_over)
+        assert self.tls is not None
+        secure = _tls_protocol(self.loop)(
+            self.loop,
+            self,
+            self.tls,
+            done,
+            server_side=True,
+            # the read timer closes it first; this is the loop's own bound, a little later
+            ssl_handshake_timeout=self.limits.read_timeout + 1,
+        )
+        transport.set_protocol(secure)
+        secure.connection_made(transport)
+
+    def _handshake_done(self, transport: asyncio.Transport) -> None:
+        self._handshaking = False
+        self.connections.discard(self)  # counted again by connection_made
+        super().connection_made(transport)
+        self._start_read_timer()  # the first request's own read timeout
+
+    def _handshake_over(self, done: asyncio.Future[None]) -> None:
+        """The TLS protocol's waiter: a handshake that failed (an error, the timer, an
+        eviction, a client that left) leaves nothing counted."""
+        if not done.cancelled():
+            done.exception()  # retrieved: a failed handshake is the client's affair
+        if self._handshaking:
+            self._handshaking = False
+            self._closed_by_us = True
+            self._cancel_read_timer()
+            self.connections.discard(self)
+            if not self.transport.is_closing():
+                self.transport.abort()
+
+    def pause_writing(self) -> None:
+        if self.flow is not None:  # None while the handshake writes
+            super().pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.flow is not None:
+            super().resume_writing()
 
     def _idle(self) -> bool:
         """No request is being answered: closing loses no answer."""
@@ -271,6 +349,18 @@ class GuardedProtocol(HttpToolsProtocol):
         super().on_message_complete()
 
 
+def _tls_protocol(loop: asyncio.AbstractEventLoop) -> Any:
+    """The TLS protocol class of ``loop``: the one its own servers use (uvloop's for a
+    uvloop loop: asyncio's expects transport methods uvloop's transports do not have)."""
+    try:
+        import uvloop.loop
+    except ModuleNotFoundError:  # pragma: no cover - uvicorn[standard] brings it
+        return asyncio.sslproto.SSLProtocol
+    if isinstance(loop, uvloop.loop.Loop):
+        return uvloop.loop.SSLProtocol
+    return asyncio.sslproto.SSLProtocol
+
+
 def raise_open_files_limit() -> int:
     """Raise this process's soft limit on open files to its hard limit (each connection
     is a file); the limit now in force."""
@@ -303,7 +393,7 @@ def bind(host: str, port: int, what: str, reuse_port: bool = False) -> socket.so
 
 def http_server(app: Any, limits: HttpLimits, context: ssl.SSLContext | None, grace: float) -> Any:
     """A ``uvicorn.Server`` for ``app`` with ``limits`` (and TLS when ``context``)."""
-    protocol = type("GuardedProtocol", (GuardedProtocol,), {"limits": limits})
+    protocol = type("GuardedProtocol", (GuardedProtocol,), {"limits": limits, "tls": context})
 
     class Server(uvicorn.Server):
         """uvicorn without its own signal handlers: this process handles the signals."""
@@ -325,6 +415,6 @@ def http_server(app: Any, limits: HttpLimits, context: ssl.SSLContext | None, gr
         timeout_keep_alive=limits.keep_alive,
         timeout_graceful_shutdown=int(grace),
         backlog=2048,
-        ssl_context_factory=None if context is None else (lambda _config, _default: context),
+        # No ssl= for uvicorn: the protocol does the handshake, under the cap and the timer.
     )
     return Server(config)

@@ -107,6 +107,7 @@ class _Listener:
     host: str
     sock: Any
     server: Any
+    secure: bool  # TLS (done by the listener's protocol, not uvicorn: see http_server.py)
     task: asyncio.Task[None] | None = None
 
     @property
@@ -115,7 +116,7 @@ class _Listener:
 
     @property
     def scheme(self) -> str:
-        return "https" if self.server.config.ssl_context_factory is not None else "http"
+        return "https" if self.secure else "http"
 
 
 async def serve(settings: Settings, ready: asyncio.Event | None = None) -> None:
@@ -169,7 +170,7 @@ async def _run(service: Service, settings: Settings, ready: asyncio.Event | None
         for surface, host, port in serving:
             sock = bind(host, port, f"{surface.name} HTTP", reuse_port=settings.reuse_port)
             server = http_server(HttpApp(service, surface), limits, tls.context if tls else None, GRACE)
-            listeners.append(_Listener(surface, host, sock, server))
+            listeners.append(_Listener(surface, host, sock, server, secure=tls is not None))
     except BaseException:
         for listener in listeners:
             listener.sock.close()
