@@ -96,7 +96,9 @@ class RateLimitMiddleware:
         if kind != "http":
             await self.app(scope, receive, send)
             return
-        core = self.core
+        core = self._core
+        if core is None:
+            core = self.core  # raises the configuration's error
         if not self._scope_checked:
             self._scope_checked = True
             if "user" not in scope:
@@ -113,14 +115,20 @@ class RateLimitMiddleware:
             return
         # The checks further in (a FastAPI dependency, another middleware) see this one's
         # verdict, so the response has one set of headers and a refusal charges nothing.
-        ledger = outer if outer is not None else RequestLedger()
-        ledger.admitted.append((core, verdict))
-        scope[LEDGER] = ledger
+        if outer is None:
+            ledger = scope[LEDGER] = RequestLedger([(core, verdict)])
+        else:
+            ledger = outer
+            ledger.admitted.append((core, verdict))
         finish = core.needs_finish(verdict)
-        if outer is not None and not finish:
-            # the outermost check writes the headers, and this one has nothing to give back:
-            # the response need not be watched
-            await self.app(scope, receive, send)
+        if not finish:
+            if outer is not None:
+                # the outermost check writes the headers, and this one has nothing to give back:
+                # the response need not be watched
+                await self.app(scope, receive, send)
+                return
+            # Nothing to give back or settle: ``send`` is wrapped only to add the headers.
+            await self.app(scope, receive, _headers_adder(send, core, verdict, ledger))
             return
         status = 500  # what the app answered; an app that raised before answering counts as a 500
         record = core.response_record(verdict, view, scope)
@@ -135,10 +143,7 @@ class RateLimitMiddleware:
                     record.expects_trailers = bool(message.get("trailers", False))
                 # the outermost check writes the headers, of every check that admitted the request
                 if outer is None and not ledger.refused:
-                    verdicts = ledger.admitted
-                    fields = verdict.headers if len(verdicts) == 1 else core.headers_for(ledger.verdicts())
-                    if fields:
-                        message = {**message, "headers": [*message.get("headers", ()), *encoded(fields)]}
+                    message = _with_headers(message, core, verdict, ledger)
                 await send(message)
                 return
             if record is not None and kind == "http.response.trailers":
@@ -155,7 +160,7 @@ class RateLimitMiddleware:
         finally:
             # a refusal further in gave this verdict's charges back already; a record
             # settled at the end of the body is not settled again (``claim``)
-            if finish and not ledger.refused:
+            if not ledger.refused:
                 await _finish_shielded(core, verdict, status, record)
 
     def _lifespan_send(self, send: Send) -> Send:
@@ -166,6 +171,30 @@ class RateLimitMiddleware:
             await send(message)
 
         return lifespan_send
+
+
+def _headers_adder(send: Send, core: AsyncRateLimitCore, verdict: Verdict, ledger: RequestLedger) -> Send:
+    """``send`` adding the rate-limit headers of the request's checks (``ledger``, of which
+    this middleware's is the outermost) to the response's start: the wrapper of a response
+    that nothing is given back or settled for, most of them."""
+
+    async def send_with_headers(message: Message) -> None:
+        if message["type"] == "http.response.start" and not ledger.refused:
+            message = _with_headers(message, core, verdict, ledger)
+        await send(message)
+
+    return send_with_headers
+
+
+def _with_headers(message: Message, core: AsyncRateLimitCore, verdict: Verdict, ledger: RequestLedger) -> Message:
+    """The ``http.response.start`` ``message`` with the rate-limit headers of every check
+    that admitted the request (a copy: the app's message is left as it is)."""
+    fields = verdict.headers if len(ledger.admitted) == 1 else core.headers_for(ledger.verdicts())
+    if not fields:
+        return message
+    headers = list(message.get("headers", ()))
+    headers += encoded(fields)
+    return {**message, "headers": headers}
 
 
 def _ends(message: Message, trailers: bool) -> bool:
@@ -250,36 +279,39 @@ rate-limit fields repeat the same five names."""
 
 def encoded(fields: Iterable[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
     """``fields`` as ASGI header pairs."""
-    out = []
-    for name, value in fields:
-        raw = _NAMES.get(name)
-        if raw is None:
-            raw = name.lower().encode("latin-1")
-            if len(_NAMES) < 256:  # names come from the code and the deny_response option: a few
-                _NAMES[name] = raw
-        out.append((raw, value.encode("latin-1")))
-    return out
+    names = _NAMES
+    return [(names.get(name) or _encoded_name(name), value.encode("latin-1")) for name, value in fields]
+
+
+def _encoded_name(name: str) -> bytes:
+    raw = name.lower().encode("latin-1")
+    if len(_NAMES) < 256:  # names come from the code and the deny_response option: a few
+        _NAMES[name] = raw
+    return raw
 
 
 def request_view(scope: Scope) -> RequestView:
     """The core's view of an ASGI HTTP request."""
-    headers = AsgiHeaders(scope.get("headers", ()))
+    raw = scope.get("headers", ())
+    headers = AsgiHeaders(raw)
     client = scope.get("client")
-    host = headers.get("host")
+    host = headers.find(b"host")
     if host is None and scope.get("server"):
         host = str(scope["server"][0])
+    query = scope.get("query_string", b"")
     router = _RouteLookup(scope)
+    # positional: the fields in ``RequestView``'s order (cheaper to pass than keywords)
     return RequestView(
-        method=scope.get("method", "GET"),
-        path=scope.get("path", "/"),
-        host=host,
-        headers=headers,
-        query_string=scope.get("query_string", b"").decode("latin-1"),
-        peer=str(client[0]) if client else None,
-        user=lambda: scope_user(scope),
-        route=router.route,
-        path_params=router.path_params,
-        native=scope,
+        scope.get("method", "GET"),  # method
+        scope.get("path", "/"),  # path
+        host,
+        headers,
+        query.decode("latin-1") if query else "",  # query_string
+        str(client[0]) if client else None,  # peer
+        lambda: scope_user(scope),  # user
+        router.route,  # route
+        router.path_params,  # path_params
+        scope,  # native
     )
 
 
@@ -297,13 +329,19 @@ class AsgiHeaders(LazyHeaders):
     def get(self, name: str, default: Any = None) -> Any:
         if self._all is not None:
             return self._all.get(name, default)
-        wanted = name.encode("latin-1")
+        found = self.find(name.encode("latin-1"))
+        return default if found is None else found
+
+    def find(self, wanted: bytes) -> str | None:
+        """The value of the field named ``wanted`` (lower-case bytes), None when absent."""
+        if self._all is not None:
+            return self._all.get(wanted.decode("latin-1"))
         found: str | None = None
         for raw_name, raw_value in self.raw:
             if raw_name == wanted or raw_name.lower() == wanted:
                 value = raw_value.decode("latin-1")
                 found = value if found is None else f"{found}, {value}"
-        return default if found is None else found
+        return found
 
     def every(self) -> dict[str, str]:
         if self._all is None:

@@ -524,13 +524,15 @@ class BaseRateLimitCore(Generic[L]):
 
     def needs_finish(self, verdict: Verdict) -> bool:
         """Whether ``finish`` has anything to do for ``verdict`` (refunds configured, or leases held)."""
-        if not verdict.charges:
+        charges = verdict.charges
+        if not charges:
             return False
-        return (
-            bool(self.refund_statuses)
-            or any(c.lease_id is not None for c in verdict.charges)
-            or settles(self.response_cost, verdict)
-        )
+        if self.refund_statuses:
+            return True
+        for c in charges:
+            if c.lease_id is not None:
+                return True
+        return self.response_cost is not None and settles(self.response_cost, verdict)
 
     def response_record(
         self, verdict: Verdict, view: RequestView, holder: Mapping[str, Any] | None
