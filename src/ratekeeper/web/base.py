@@ -200,9 +200,11 @@ class WebMetrics(Protocol):
     def request(self, transport: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Prepared:
-    """The rules that limit a request, with its key and cost under each."""
+    """The rules that limit a request, with its key and cost under each (made on every
+    limited request's path, and never changed: not frozen, whose ``__init__`` costs a call
+    per field)."""
 
     enforced: tuple[tuple[HttpRule, str, int], ...]
     shadow: tuple[tuple[HttpRule, str, int], ...]
@@ -368,7 +370,9 @@ class BaseRateLimitCore(Generic[L]):
             headers = one_rule_headers(rule, decision, allowed=True, options=self.header_options)
             charges = (Charge(rule, key, cost, decision.lease_id),)
             return Verdict(True, tuple(headers), 200, b"", (decision,), (), charges, prepared.skipped, rules=(rule,))
-        return self._verdict(prepared, Outcome(False, (Entry(rule, key, cost),), (decision,)))
+        # what ``_verdict`` makes of the transaction's refused ``try_acquire_many`` of one item
+        headers = one_rule_headers(rule, decision, allowed=False, options=self.header_options)
+        return self._refused(prepared, (rule,), (decision,), (), headers)
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
         """One set of rate-limit headers for a request admitted by several checks (the
@@ -490,9 +494,20 @@ class BaseRateLimitCore(Generic[L]):
         if outcome.allowed:
             charged = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
             return self._admitted(prepared, pairs, shadow, charged)
-        decisions = outcome.decisions[:n]
-        rules = tuple(rule for rule, _ in pairs)
         headers = rate_limit_headers(pairs, allowed=False, options=self.header_options)
+        rules = tuple(rule for rule, _ in pairs)
+        return self._refused(prepared, rules, outcome.decisions[:n], shadow, headers)
+
+    def _refused(
+        self,
+        prepared: Prepared,
+        rules: tuple[Rule, ...],
+        decisions: tuple[Decision, ...],
+        shadow: tuple[Decision, ...],
+        headers: list[tuple[str, str]],
+    ) -> Verdict:
+        """The verdict of a refused request: ``decisions`` those of its enforced ``rules``,
+        ``headers`` their rate-limit headers (``rate_limit_headers(..., allowed=False)``)."""
         denied = tuple(d for d in decisions if not d.allowed)
         custom = None if self.deny_response is None else custom_denial(self.deny_response, denied)
         if custom is not None:

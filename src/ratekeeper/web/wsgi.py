@@ -112,16 +112,20 @@ def request_view(environ: Environ) -> RequestView:
     host = environ.get("HTTP_HOST")
     if not host and environ.get("SERVER_NAME"):
         host = f"{environ['SERVER_NAME']}:{environ.get('SERVER_PORT', '')}".rstrip(":")
-    path = _text(environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")) or "/"
+    path = environ.get("SCRIPT_NAME", "") + environ.get("PATH_INFO", "")
+    query = environ.get("QUERY_STRING", "")
+    # positional: the fields in ``RequestView``'s order (cheaper to pass than keywords)
     return RequestView(
-        method=environ.get("REQUEST_METHOD", "GET"),
-        path=path,
-        host=host,
-        headers=EnvironHeaders(environ),
-        query_string=_text(environ.get("QUERY_STRING", "")),
-        peer=environ.get("REMOTE_ADDR") or None,
-        user=environ.get("REMOTE_USER") or None,
-        native=environ,
+        environ.get("REQUEST_METHOD", "GET"),  # method
+        (path if path.isascii() else _text(path)) or "/",  # path
+        host,
+        EnvironHeaders(environ),  # headers
+        query if query.isascii() else _text(query),  # query_string
+        environ.get("REMOTE_ADDR") or None,  # peer
+        environ.get("REMOTE_USER") or None,  # user
+        None,  # route
+        {},  # path_params
+        environ,  # native
     )
 
 
@@ -151,7 +155,7 @@ class WSGIRateLimitMiddleware:
             return self._deny(verdict, start_response)
         if verdict.exempt or not (verdict.headers or verdict.charges):
             return self.app(environ, start_response)
-        extra = list(verdict.headers)
+        extra = verdict.headers
         if not self.core.needs_finish(verdict):
             # Nothing to do after the response: only the headers are added.
             def add_headers(status: str, headers: list[tuple[str, str]], exc_info: ExcInfo | None = None) -> Any:
@@ -166,7 +170,7 @@ class WSGIRateLimitMiddleware:
         environ: Environ,
         start_response: StartResponse,
         verdict: Verdict,
-        extra: list[tuple[str, str]],
+        extra: tuple[tuple[str, str], ...],
         record: ResponseRecord | None,
     ) -> Iterable[bytes]:
         """Call the app; give back what its final status calls for, and settle what the
