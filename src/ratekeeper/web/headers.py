@@ -521,8 +521,14 @@ def one_rule_headers(
 ) -> list[tuple[str, str]]:
     """``rate_limit_headers([(rule, decision)], ...)``: the headers of a request that one
     enforced rule decided, as most requests are, without building the lists of pairs."""
-    shown = () if rule.algorithm == "concurrency" or decision.fallback in UNINFORMED else (decision,)
-    headers = _quota_fields(shown, options, now)
+    if rule.algorithm == "concurrency" or decision.fallback in UNINFORMED:
+        headers = []  # nothing advertised (``advertised``)
+    elif len(decision.rule_limits) == 1:  # ``_quota_fields`` of one limit, one call less
+        headers = _one_limit_fields(decision, options, now)
+        if options.partial:
+            headers = _present(headers)
+    else:
+        headers = _quota_fields((decision,), options, now)
     if not allowed:
         retry = retry_after_seconds((decision,))
         if retry is not None:

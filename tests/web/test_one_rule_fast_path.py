@@ -1,0 +1,115 @@
+"""The one-rule fast path of the web core is the general path, taken faster.
+
+A request that one enforced rule decides is answered by the limiter's ``try_acquire``,
+its verdict built without the transaction's ``Outcome`` (``one_verdict``), its headers by
+``one_rule_headers``: these must be exactly what the general path (``decision_flow`` run
+by the limiter, ``rate_limit_headers``) gives for the same decisions, admitted or refused,
+under every header option, renamed or left-out fields and a custom ``deny_response``.
+(That the one-limit fields are the general fields: ``test_one_limit_headers``.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from ratekeeper import Limiter, Rule
+from ratekeeper.config import HttpRule
+from ratekeeper.decision import Decision
+from ratekeeper.limiter.drive import drive
+from ratekeeper.testing import FakeClock
+from ratekeeper.web.base import Prepared
+from ratekeeper.web.core import RateLimitCore
+from ratekeeper.web.headers import HeaderOptions, header_names, one_rule_headers, rate_limit_headers
+from ratekeeper.web.request import RequestView, Verdict
+
+NOW = 1_700_000_000.5
+
+OPTIONS = [
+    HeaderOptions(),
+    HeaderOptions(reset="epoch"),
+    HeaderOptions(ratelimit=False),
+    HeaderOptions(x_ratelimit=False),
+    HeaderOptions(ratelimit=False, x_ratelimit=False),
+    HeaderOptions(names=header_names({"RateLimit": None, "X-RateLimit-Reset": "X-Rate-Limit-Reset"})),
+]
+
+
+def _decisions(rule: Rule) -> list[Decision]:
+    """Admitted, refused, never admissible, unused, and made up by each failure policy."""
+    limiter = Limiter("memory://", clock=FakeClock())
+    capacity = min(limit.count for limit in rule.limits)
+    out = [limiter.try_acquire(rule, "k") for _ in range(capacity + 2)]
+    out.append(limiter.try_acquire(rule, "other", max(limit.count for limit in rule.limits) + 1))
+    out.append(limiter.peek(rule, "fresh"))
+    out += [d.with_fallback(policy) for d in out[:1] + out[-3:-2] for policy in ("allow", "deny", "local")]
+    return out
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Rule("one", ["3/second"]),
+        Rule("window", ["2/1500ms"], "fixed_window"),
+        Rule("odd", ["1/1234567us"], "token_bucket"),
+        Rule("two", ["3/second", "5/minute"], "sliding_window_counter"),
+        Rule("slots", ["2/minute"], "concurrency"),
+    ],
+    ids=lambda r: r.name,
+)
+def test_one_rule_headers_are_rate_limit_headers_of_its_pair(rule: Rule) -> None:
+    for d in _decisions(rule):
+        for options in OPTIONS:
+            for allowed in (True, False):
+                general = rate_limit_headers([(rule, d)], allowed=allowed, options=options, now=lambda: NOW)
+                fast = one_rule_headers(rule, d, allowed=allowed, options=options, now=lambda: NOW)
+                assert fast == general, (d, options, allowed)
+
+
+def _view() -> RequestView:
+    return RequestView(method="GET", path="/items", host="api.example", peer="10.0.0.7")
+
+
+def _core(rule: Rule, **options: Any) -> RateLimitCore:
+    limiter = Limiter("memory://", clock=FakeClock())
+    return RateLimitCore([HttpRule(rule)], limiter=limiter, **options)
+
+
+def _general_check(core: RateLimitCore, view: RequestView) -> Verdict:
+    """What ``check`` answers through the transaction, as a request of several rules is."""
+    prepared = core.prepare(view)
+    assert isinstance(prepared, Prepared)
+    return drive(core.limiter, core.decision_flow(prepared))
+
+
+def _deny(denied: Sequence[Decision]) -> tuple[int, list[tuple[str, str]], bytes]:
+    return 503, [("X-Denied", ",".join(d.rule for d in denied))], b"busy"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"x_ratelimit_reset": "epoch"},
+        {"header_names": {"X-RateLimit-Limit": None, "RateLimit-Policy": "X-Policy"}},
+        {"ratelimit_headers": False},
+        {"deny_response": _deny},
+    ],
+    ids=["defaults", "epoch", "renamed", "x-only", "deny_response"],
+)
+def test_a_request_of_one_rule_gets_the_verdict_of_its_transaction(options: dict[str, Any]) -> None:
+    rule = Rule("items", ["3/minute", "10/hour"])
+    fast, general = _core(rule, **options), _core(rule, **options)
+    verdicts = []
+    for _ in range(5):  # admitted three times, then refused
+        view = _view()
+        one = fast.check(view)
+        assert one == _general_check(general, view)
+        verdicts.append(one)
+    assert [v.allowed for v in verdicts] == [True, True, True, False, False]
+    assert verdicts[0].charges and not verdicts[-1].charges
+    if "deny_response" in options:
+        assert (verdicts[-1].status, verdicts[-1].body) == (503, b"busy")
+        assert ("X-Denied", "items") in verdicts[-1].headers
