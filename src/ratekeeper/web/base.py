@@ -372,7 +372,8 @@ class BaseRateLimitCore(Generic[L]):
             return Verdict(True, tuple(headers), 200, b"", (decision,), (), charges, prepared.skipped, rules=(rule,))
         # what ``_verdict`` makes of the transaction's refused ``try_acquire_many`` of one item
         headers = one_rule_headers(rule, decision, allowed=False, options=self.header_options)
-        return self._refused(prepared, (rule,), (decision,), (), headers)
+        decisions = (decision,)
+        return self._refused(prepared, (rule,), decisions, decisions, (), headers)
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
         """One set of rate-limit headers for a request admitted by several checks (the
@@ -496,19 +497,22 @@ class BaseRateLimitCore(Generic[L]):
             return self._admitted(prepared, pairs, shadow, charged)
         headers = rate_limit_headers(pairs, allowed=False, options=self.header_options)
         rules = tuple(rule for rule, _ in pairs)
-        return self._refused(prepared, rules, outcome.decisions[:n], shadow, headers)
+        decisions = outcome.decisions[:n]
+        denied = tuple(d for d in decisions if not d.allowed)
+        return self._refused(prepared, rules, decisions, denied, shadow, headers)
 
     def _refused(
         self,
         prepared: Prepared,
         rules: tuple[Rule, ...],
         decisions: tuple[Decision, ...],
+        denied: tuple[Decision, ...],
         shadow: tuple[Decision, ...],
         headers: list[tuple[str, str]],
     ) -> Verdict:
         """The verdict of a refused request: ``decisions`` those of its enforced ``rules``,
-        ``headers`` their rate-limit headers (``rate_limit_headers(..., allowed=False)``)."""
-        denied = tuple(d for d in decisions if not d.allowed)
+        ``denied`` those of them that refused, ``headers`` their rate-limit headers
+        (``rate_limit_headers(..., allowed=False)``)."""
         custom = None if self.deny_response is None else custom_denial(self.deny_response, denied)
         if custom is not None:
             status, extra, data = custom
@@ -517,10 +521,13 @@ class BaseRateLimitCore(Generic[L]):
         else:
             headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
             retry = retry_after_seconds(denied)
-            if any(d.fallback == "deny" for d in denied):
-                status, data = LIMITER_UNAVAILABLE_STATUS, unavailable_body(denied, retry)
+            status, data = 429, b""
+            for d in denied:
+                if d.fallback == "deny":  # the store is unreachable and a rule fails closed
+                    status, data = LIMITER_UNAVAILABLE_STATUS, unavailable_body(denied, retry)
+                    break
             else:
-                status, data = 429, problem_body(denied, retry)
+                data = problem_body(denied, retry)
         # a refused request charged nothing
         return Verdict(False, tuple(headers), status, data, decisions, shadow, (), prepared.skipped, rules=rules)
 

@@ -200,10 +200,7 @@ class WSGIRateLimitMiddleware:
 
     @staticmethod
     def _deny(verdict: Verdict, start_response: StartResponse) -> list[bytes]:
-        try:
-            phrase = HTTPStatus(verdict.status).phrase
-        except ValueError:
-            phrase = "Unknown"
+        phrase = _PHRASES.get(verdict.status, "Unknown")
         headers = [(k, v) for k, v in verdict.headers if k.lower() != "content-length"]
         headers.append(("Content-Length", str(len(verdict.body))))
         start_response(f"{verdict.status} {phrase}", headers)
@@ -212,6 +209,10 @@ class WSGIRateLimitMiddleware:
     def close(self) -> None:
         """Close the limiter's store (WSGI has no shutdown hook: call it from yours)."""
         self.core.close()
+
+
+_PHRASES = {int(status): status.phrase for status in HTTPStatus}
+"""Each status's reason phrase (``HTTPStatus``'s, looked up without the enum's call)."""
 
 
 def _status_code(status: str) -> int:
