@@ -299,7 +299,7 @@ def request_view(scope: Scope) -> RequestView:
     if host is None and scope.get("server"):
         host = str(scope["server"][0])
     query = scope.get("query_string", b"")
-    router = _RouteLookup(scope)
+    parts = _ScopeParts(scope)
     # positional: the fields in ``RequestView``'s order (cheaper to pass than keywords)
     return RequestView(
         scope.get("method", "GET"),  # method
@@ -308,9 +308,9 @@ def request_view(scope: Scope) -> RequestView:
         headers,
         query.decode("latin-1") if query else "",  # query_string
         str(client[0]) if client else None,  # peer
-        lambda: scope_user(scope),  # user
-        router.route,  # route
-        router.path_params,  # path_params
+        parts.user,  # user
+        parts.route,  # route
+        parts.path_params,  # path_params
         scope,  # native
     )
 
@@ -369,8 +369,9 @@ def scope_user(scope: Scope) -> str | None:
     return None
 
 
-class _RouteLookup:
-    """The route template and path parameters of a request, found once, when first needed."""
+class _ScopeParts:
+    """The user, route template and path parameters of a request, each found in its scope
+    when first needed (the route and parameters once, together)."""
 
     __slots__ = ("_found", "scope")
 
@@ -388,6 +389,9 @@ class _RouteLookup:
                 app = self.scope.get("app")
                 self._found = _match_routes(getattr(app, "routes", None), self.scope, "")
         return self._found
+
+    def user(self) -> str | None:
+        return scope_user(self.scope)
 
     def route(self) -> str | None:
         return self._find()[0]
