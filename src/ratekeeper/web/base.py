@@ -344,15 +344,6 @@ class BaseRateLimitCore(Generic[L]):
             return prepared
         return (yield from self.decision_flow(prepared))
 
-    def prepare(self, view: RequestView) -> Prepared | Verdict:
-        """What ``view`` asks the limiter; the verdict itself when no rule limits it."""
-        prepared = self._prepare(view)
-        if prepared is None:
-            return EXEMPT
-        if not prepared.enforced and not prepared.shadow:
-            return Verdict(True, skipped=prepared.skipped) if prepared.skipped else PASS
-        return prepared
-
     def decision_flow(self, prepared: Prepared) -> CheckFlow:
         """The transaction of ``prepared``'s rules, then its verdict."""
         entries = [Entry(r.rule, key, cost) for r, key, cost in prepared.enforced]
@@ -390,29 +381,30 @@ class BaseRateLimitCore(Generic[L]):
 
     # -- the pure parts ---------------------------------------------------------------
 
-    def _prepare(self, view: RequestView) -> Prepared | None:
-        """The rules, keys and costs for ``view``; None when the request is exempt.
+    def prepare(self, view: RequestView) -> Prepared | Verdict:
+        """What ``view`` asks the limiter: the rules, keys and costs; the verdict itself when
+        no rule limits it (``EXEMPT``, ``PASS``, or a pass naming the rules skipped).
 
         On every request's path: what a request needs is made when it first needs it (the
         key templates' lookup, the lists of shadow rules and skipped ones)."""
         method = view.method.upper()
         if method in self.exempt_methods:
-            return None
+            return EXEMPT
         path = view.path
         if self.exempt_paths and any(t.match(path) is not None for t in self.exempt_paths):
-            return None
+            return EXEMPT
         lookup: _Lookup | None = None
         if self.exempt_networks.networks:
             lookup = _Lookup(self, view)
             if lookup.client_address() in self.exempt_networks:
-                return None
+                return EXEMPT
         if self.exempt is not None and self.exempt(view):
-            return None
+            return EXEMPT
         if self.exempt_parts:
             lookup = lookup or _Lookup(self, view)
             for template, values in self.exempt_parts:
                 if template.render(lookup) in values:
-                    return None
+                    return EXEMPT
         enforced: list[tuple[HttpRule, str, int]] = []
         shadow: list[tuple[HttpRule, str, int]] | None = None
         skipped: list[str] | None = None
@@ -452,14 +444,16 @@ class BaseRateLimitCore(Generic[L]):
                 shadow.append((rule, key, cost))
             else:
                 enforced.append((rule, key, cost))
-        if exempted and not enforced and not shadow:
-            return None
+        if not enforced and not shadow:
+            if exempted:
+                return EXEMPT
+            return PASS if skipped is None else Verdict(True, skipped=tuple(skipped))
         return Prepared(
             tuple(enforced), () if shadow is None else tuple(shadow), () if skipped is None else tuple(skipped)
         )
 
     def _steps(self) -> tuple[_Step, ...]:
-        """What ``_prepare`` does for each rule in force, worked out once per version of the rules."""
+        """What ``prepare`` does for each rule in force, worked out once per version of the rules."""
         source = self._source
         ruleset = source.fixed if source.fixed is not None else source.current()
         if ruleset is not self._stepped:
@@ -598,7 +592,7 @@ _NO_PARAMS: Mapping[str, str] = {}
 
 @dataclass(frozen=True, slots=True)
 class _Step:
-    """One rule as ``_prepare`` applies it, with what does not depend on the request
+    """One rule as ``prepare`` applies it, with what does not depend on the request
     worked out beforehand: whether it matches every request, whether its key is the
     client's address alone, its cost when that is a constant, shadow or not, and the keys
     it exempts."""
@@ -662,11 +656,13 @@ class _Lookup:
 
     def _resolve_client(self) -> None:
         if self._client is None:
-            v = self.view
-            client = self.core.client
-            address, key = client.resolve(v.peer, lambda: v.header(client.forwarded_header))
+            # the forwarding header is read only when the peer is a trusted proxy
+            address, key = self.core.client.resolve(self.view.peer, self._forwarded)
             self._client = (address,)
             self._client_key = key
+
+    def _forwarded(self) -> str | None:
+        return self.view.header(self.core.client.forwarded_header)
 
     def client_key(self) -> str | None:
         """The ``{client_ip}`` part (``self("client_ip", None)``, without its dispatch)."""
