@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from ratekeeper import Limiter, Rule
-from ratekeeper.config import HttpRule
+from ratekeeper.config import HttpRule, KeyTemplate
+from ratekeeper.config.model import Match, PathTemplate
 from ratekeeper.decision import Decision
 from ratekeeper.limiter.drive import drive
 from ratekeeper.testing import FakeClock
@@ -113,3 +114,58 @@ def test_a_request_of_one_rule_gets_the_verdict_of_its_transaction(options: dict
     if "deny_response" in options:
         assert (verdicts[-1].status, verdicts[-1].body) == (503, b"busy")
         assert ("X-Denied", "items") in verdicts[-1].headers
+
+
+class _Timings:
+    """The metrics calls the core makes itself (the limiter, given as ``limiter=``, reports none)."""
+
+    def __init__(self) -> None:
+        self.timed: list[bool] = []
+        self.skipped_rules: list[str] = []
+
+    def decision_time(self, seconds: float, allowed: bool) -> None:
+        assert seconds >= 0
+        self.timed.append(allowed)
+
+    def shadow_rules(self, names: Any) -> None:
+        pass
+
+    def skipped(self, rule: str) -> None:
+        self.skipped_rules.append(rule)
+
+    def reloaded(self, ok: bool) -> None:
+        pass
+
+    def request(self, transport: str) -> None:
+        pass
+
+
+def test_decisions_are_timed_unless_no_rule_applied() -> None:
+    """A request exempt or matched by no rule is not timed (the limiter was never asked); one
+    whose rules were all skipped is, as one decided by the limiter, admitted or refused."""
+    metrics = _Timings()
+    rules = [
+        HttpRule(Rule("items", ["1/minute"]), match=Match(paths=(PathTemplate.parse("/items"),))),
+        HttpRule(
+            Rule("keyed", ["1/minute"]),
+            match=Match(paths=(PathTemplate.parse("/keyed"),)),
+            key=KeyTemplate.parse("{header.x-api-key}"),
+        ),
+    ]
+    core = RateLimitCore(
+        rules, limiter=Limiter("memory://", clock=FakeClock()), metrics=metrics, exempt_methods=["OPTIONS"]
+    )
+    verdicts = [
+        core.check(RequestView(method=method, path=path, peer="10.0.0.7"))
+        for method, path in [
+            ("OPTIONS", "/items"),
+            ("GET", "/other"),
+            ("GET", "/keyed"),
+            ("GET", "/items"),
+            ("GET", "/items"),
+        ]
+    ]
+    assert [v.exempt for v in verdicts] == [True, False, False, False, False]
+    assert verdicts[2].skipped == ("keyed",) and metrics.skipped_rules == ["keyed"]
+    assert [v.allowed for v in verdicts[2:]] == [True, True, False]
+    assert metrics.timed == [True, True, False]  # the skipped one, then the limiter's two
