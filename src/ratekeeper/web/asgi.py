@@ -337,8 +337,10 @@ class AsgiHeaders(LazyHeaders):
         if self._all is not None:
             return self._all.get(wanted.decode("latin-1"))
         found: str | None = None
+        size = len(wanted)
         for raw_name, raw_value in self.raw:
-            if raw_name == wanted or raw_name.lower() == wanted:
+            # servers send lower-case names (ASGI asks them to): lowered only when it may match
+            if raw_name == wanted or (len(raw_name) == size and raw_name.lower() == wanted):
                 value = raw_value.decode("latin-1")
                 found = value if found is None else f"{found}, {value}"
         return found
