@@ -21,6 +21,7 @@ from ratekeeper.config.model import Match, PathTemplate
 from ratekeeper.decision import Decision
 from ratekeeper.limiter.drive import drive
 from ratekeeper.testing import FakeClock
+from ratekeeper.web.asgi import request_view
 from ratekeeper.web.base import Prepared
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.headers import HeaderOptions, header_names, one_rule_headers, rate_limit_headers
@@ -169,3 +170,21 @@ def test_decisions_are_timed_unless_no_rule_applied() -> None:
     assert verdicts[2].skipped == ("keyed",) and metrics.skipped_rules == ["keyed"]
     assert [v.allowed for v in verdicts[2:]] == [True, True, False]
     assert metrics.timed == [True, True, False]  # the skipped one, then the limiter's two
+
+
+def test_an_asgi_header_is_found_whatever_the_case_of_its_name_and_repeats_are_joined() -> None:
+    """ASGI asks servers for lower-case names; one that sends others still has its headers
+    read (the lookup lowers the names of the wanted length only)."""
+    raw = [
+        (b"Host", b"api.example"),
+        (b"x-api-key", b"k1"),
+        (b"X-Forwarded-For", b"10.0.0.1"),
+        (b"x-forwarded-for", b"10.0.0.2"),
+        (b"X-API-KEYS", b"not this one"),
+    ]
+    view = request_view({"type": "http", "method": "GET", "path": "/", "headers": raw, "client": ("10.0.0.9", 1)})
+    assert view.host == "api.example"
+    assert view.header("X-Api-Key") == "k1"
+    assert view.header("x-forwarded-for") == "10.0.0.1, 10.0.0.2"
+    assert view.header("x-missing") is None
+    assert dict(view.headers)["x-api-keys"] == "not this one"
