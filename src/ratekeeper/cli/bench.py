@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "bench", help="measure ratekeeper against its peers", description="Benchmarks, one store at a time."
     )
     try:
-        from ratekeeper_bench import memory, postgres, redis, serve, web
+        from ratekeeper_bench import instructions, memory, postgres, redis, serve, web
     except ImportError as exc:  # the harness is not installed: the other commands still work
         p.description = f"{p.description} {INSTALL}."
         p.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
@@ -61,6 +61,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s = stores.add_parser("serve", help=summary, description=_description(summary), epilog=EPILOG)
     serve.add_arguments(s)
     s.set_defaults(bench_run=serve.run)
+
+    summary = "the web middleware's CPU instructions per request, counted by callgrind (repeatable on a busy machine)"
+    i = stores.add_parser("instructions", help=summary, description=_description(summary), epilog=EPILOG)
+    instructions.add_arguments(i)
+    i.set_defaults(bench_run=instructions.run)
 
 
 def run(args: argparse.Namespace) -> int:
