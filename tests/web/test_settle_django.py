@@ -6,11 +6,9 @@ refunds."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import httpx
 import pytest
@@ -33,6 +31,7 @@ from ratekeeper.web import usage  # noqa: E402
 
 from .uvicorn_server import serve  # noqa: E402
 from .watched import WatchedAsyncLimiter, WatchedLimiter  # noqa: E402
+from .wsgiref_server import serving, wsgiref  # noqa: E402
 
 PEER = "127.0.0.1"
 WAIT = 10.0
@@ -89,28 +88,10 @@ def configured(r: HttpRule, limiter: Any) -> Iterator[None]:
         yield
 
 
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def wsgiref(app: Any) -> Iterator[str]:
-    server = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT)
-
-
 def test_sync_django_settles_a_streamed_response_and_a_cost_header(rule_name: str) -> None:
     r = HttpRule(Rule(rule_name, "1000/day", "fixed_window"), key=KeyTemplate.parse("{client_ip}"))
     limiter = WatchedLimiter(open_store("memory://", clock=FakeClock()))
-    with configured(r, limiter), wsgiref(WSGIHandler()) as url, httpx.Client(timeout=WAIT) as client:
+    with configured(r, limiter), serving(wsgiref(WSGIHandler())) as url, httpx.Client(timeout=WAIT) as client:
         response = client.get(f"{url}/stream")
         assert response.status_code == 200 and response.text.count("row") == 6
         limiter.wait()
@@ -126,7 +107,7 @@ def test_sync_django_a_cost_over_the_charge_puts_the_key_in_debt(rule_name: str)
     r = HttpRule(Rule(rule_name, "5/minute", "gcra"), key=KeyTemplate.parse("{client_ip}"))
     clock = FakeClock()
     limiter = WatchedLimiter(open_store("memory://", clock=clock))
-    with configured(r, limiter), wsgiref(WSGIHandler()) as url, httpx.Client(timeout=WAIT) as client:
+    with configured(r, limiter), serving(wsgiref(WSGIHandler())) as url, httpx.Client(timeout=WAIT) as client:
         assert client.get(f"{url}/cost", params={"n": "12"}).status_code == 200
         limiter.wait()
         refused = client.get(f"{url}/cost", params={"n": "1"})

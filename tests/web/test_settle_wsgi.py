@@ -8,9 +8,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import httpx
 import pytest
@@ -26,6 +24,7 @@ from ratekeeper.web import Usage, WSGIRateLimitMiddleware, usage
 from ratekeeper.web.flask import RateLimiter
 
 from .watched import WatchedLimiter as Watched
+from .wsgiref_server import serving, wsgiref
 
 PEER = "127.0.0.1"
 WAIT = 10.0
@@ -37,28 +36,6 @@ def rule(name: str, limits: str = "1000/day", algorithm: str = "fixed_window") -
 
 def used(limiter: Limiter, r: HttpRule, count: int = 1000) -> int:
     return count - limiter.peek(r.rule, PEER).remaining - 1
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def serving(server: Any) -> Iterator[str]:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(WAIT)
-
-
-def wsgiref(app: Any) -> Any:
-    server: WSGIServer = make_server("127.0.0.1", 0, app, handler_class=_Quiet)
-    return server
 
 
 CHUNK = 1000

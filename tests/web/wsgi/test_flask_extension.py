@@ -8,41 +8,22 @@ memory store and Redis (a prefix of its own per test).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 from flask import Blueprint, Flask, jsonify
-from werkzeug.serving import make_server
 
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate
 from ratekeeper.web.flask import RateLimiter, RateLimitExceeded, path_template
+from web.wsgi.flask_serving import serving
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def store(request: pytest.FixtureRequest, key_prefix: str) -> str:
     """Each store the extension is tried on."""
     return "memory://" if request.param == "memory" else f"redis://127.0.0.1:6379/0?prefix={key_prefix}"
-
-
-@contextmanager
-def serving(app: Flask) -> Iterator[httpx.Client]:
-    """``app`` on werkzeug's threaded server; a client whose base URL is that server."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", timeout=10.0) as client:
-            yield client
-    finally:
-        server.shutdown()
-        thread.join(timeout=5)
-        ext = app.extensions["ratekeeper"]
-        if ext.core is not None:
-            ext.core.close()
 
 
 def make_app(store: str, setup: Callable[[Flask, RateLimiter], None], **config: Any) -> Flask:

@@ -10,20 +10,16 @@ real threaded server on memory and Redis.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import http_sf
-import httpx
 import pytest
 from flask import Blueprint, Flask
-from werkzeug.serving import make_server
 
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate
 from ratekeeper.web.flask import RateLimiter
+from web.wsgi.flask_serving import serving
 
 
 def build(
@@ -196,23 +192,6 @@ def test_the_cli_lists_both_limits_of_a_childs_route_and_the_exemptions() -> Non
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
 def store(request: pytest.FixtureRequest, key_prefix: str) -> str:
     return "memory://" if request.param == "memory" else f"redis://127.0.0.1:6379/0?prefix={key_prefix}"
-
-
-@contextmanager
-def serving(app: Flask) -> Iterator[httpx.Client]:
-    """``app`` on werkzeug's threaded server; a client whose base URL is that server."""
-    server = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}", timeout=10.0) as client:
-            yield client
-    finally:
-        server.shutdown()
-        thread.join(timeout=5)
-        state = app.extensions["ratekeeper"]
-        if state.core is not None:
-            state.core.close()
 
 
 def test_under_a_real_server_both_limits_hold_on_a_childs_route(store: str) -> None:
