@@ -7,12 +7,17 @@ Every run first sends ``WARM`` requests (imports, caches, the store's first key)
 start-up and warm-up cancel out. The store is ``memory://``, the rule the web benchmark's
 (one ``{client_ip}`` rule, GCRA, headers on), the app a raw ASGI/WSGI callable answering
 ``ok``: what is counted is the middleware and the limiter, plus the driver's own loop,
-which the ``*_bare`` cases measure alone.
+which the ``*_bare`` cases measure alone. The ``django_*`` cases send the same WSGI
+requests to Django's WSGI handler (settings made in this process: one URL, one view
+answering ``ok``, no middleware but ratekeeper's ``RateLimitMiddleware`` in
+``django_one`` and ``django_429``), so less ``django_bare`` is what the Django
+middleware adds to a Django request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import sys
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -32,6 +37,9 @@ CASES = {
     "wsgi_bare": "the raw WSGI app alone (the driver's floor)",
     "wsgi_one": "WSGI middleware, one rule, admitted, headers on",
     "wsgi_429": "WSGI middleware, one rule, refused (429)",
+    "django_bare": "Django's WSGI app alone, one view answering ok, no middleware (the driver's floor)",
+    "django_one": "Django middleware, one rule, admitted, headers on",
+    "django_429": "Django middleware, one rule, refused (429)",
 }
 """Each case: what it measures."""
 
@@ -114,6 +122,71 @@ def _wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
             close()
 
 
+urlpatterns: list[Any] = []
+"""The ``django_*`` cases' URLconf (this module is their ``ROOT_URLCONF``)."""
+
+
+def _ok(request: Any) -> Any:
+    from django.http import HttpResponse  # type: ignore[import-untyped,unused-ignore]
+
+    return HttpResponse("ok", content_type="text/plain")
+
+
+def _django(case: str) -> Callable[..., Iterable[bytes]]:
+    """Django's WSGI app for a ``django_*`` case, configured in this process."""
+    from django.conf import settings  # type: ignore[import-untyped,unused-ignore]
+    from django.urls import path  # type: ignore[import-untyped,unused-ignore]
+
+    extra: dict[str, Any] = {}
+    middleware: list[str] = []
+    if case != "django_bare":
+        middleware.append("ratekeeper.web.django.RateLimitMiddleware")
+        extra["RATEKEEPER"] = {"rules": _rules(REFUSES if case == "django_429" else ADMITS), "store": "memory://"}
+    settings.configure(
+        DEBUG=False,
+        SECRET_KEY="ratekeeper-bench-instructions",
+        ALLOWED_HOSTS=["*"],
+        ROOT_URLCONF=__name__,
+        MIDDLEWARE=middleware,
+        INSTALLED_APPS=[],
+        USE_TZ=True,
+        **extra,
+    )
+    urlpatterns.append(path("bench", _ok))
+    from django.core.wsgi import get_wsgi_application  # type: ignore[import-untyped,unused-ignore]
+
+    app: Callable[..., Iterable[bytes]] = get_wsgi_application()
+    return app
+
+
+def _django_wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
+    """``_wsgi``'s requests with the ``wsgi.input`` Django reads (an empty body, never read:
+    no ``CONTENT_LENGTH``); its own loop, so that the ``wsgi_*`` counts stay as they were."""
+    body_in = io.BytesIO(b"")
+    for _ in range(total):
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "SCRIPT_NAME": "",
+            "PATH_INFO": "/bench",
+            "QUERY_STRING": "",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8000",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "127.0.0.1",
+            "HTTP_HOST": "127.0.0.1:8000",
+            "HTTP_USER_AGENT": "wrk",
+            "HTTP_ACCEPT": "*/*",
+            "wsgi.url_scheme": "http",
+            "wsgi.input": body_in,
+        }
+        body = app(environ, _start_response)
+        for _chunk in body:
+            pass
+        close = getattr(body, "close", None)
+        if close is not None:
+            close()
+
+
 def run(case: str, n: int) -> None:
     """Send ``WARM`` then ``n`` requests of ``case``."""
     if case not in CASES:
@@ -133,6 +206,11 @@ def run(case: str, n: int) -> None:
             await _asgi(app, n)
 
         asyncio.run(main())
+        return
+    if case.startswith("django"):
+        django = _django(case)
+        _django_wsgi(django, WARM)
+        _django_wsgi(django, n)
         return
     from ratekeeper.web import WSGIRateLimitMiddleware
 
