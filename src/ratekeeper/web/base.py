@@ -142,7 +142,7 @@ from ratekeeper.web.problem import (
     problem_body,
     unavailable_body,
 )
-from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
+from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict, new_charge, new_verdict
 from ratekeeper.web.settle import ResponseCost, ResponseRecord, response_cost_option, settlement, settles
 
 if TYPE_CHECKING:
@@ -359,8 +359,8 @@ class BaseRateLimitCore(Generic[L]):
         if decision.allowed:
             # ``_admitted`` of one pair, without the generators that take a batch apart
             headers = one_rule_headers(rule, decision, allowed=True, options=self.header_options)
-            charges = (Charge(rule, key, cost, decision.lease_id),)
-            return Verdict(True, tuple(headers), 200, b"", (decision,), (), charges, prepared.skipped, rules=(rule,))
+            charges = (new_charge(rule, key, cost, decision.lease_id),)
+            return new_verdict(True, tuple(headers), 200, b"", (decision,), (), charges, prepared.skipped, (rule,))
         # what ``_verdict`` makes of the transaction's refused ``try_acquire_many`` of one item
         headers = one_rule_headers(rule, decision, allowed=False, options=self.header_options)
         decisions = (decision,)
@@ -487,7 +487,7 @@ class BaseRateLimitCore(Generic[L]):
         shadow = outcome.decisions[n:]
         pairs = tuple((e.rule, d) for e, d in outcome.enforced)
         if outcome.allowed:
-            charged = tuple(Charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
+            charged = tuple(new_charge(e.rule, e.key, e.cost, d.lease_id) for e, d in outcome.charged)
             return self._admitted(prepared, pairs, shadow, charged)
         headers = rate_limit_headers(pairs, allowed=False, options=self.header_options)
         rules = tuple(rule for rule, _ in pairs)
@@ -523,7 +523,7 @@ class BaseRateLimitCore(Generic[L]):
             else:
                 data = problem_body(denied, retry)
         # a refused request charged nothing
-        return Verdict(False, tuple(headers), status, data, decisions, shadow, (), prepared.skipped, rules=rules)
+        return new_verdict(False, tuple(headers), status, data, decisions, shadow, (), prepared.skipped, rules)
 
     def _admitted(
         self,
@@ -536,7 +536,7 @@ class BaseRateLimitCore(Generic[L]):
         headers = rate_limit_headers(pairs, allowed=True, options=self.header_options)
         decisions = tuple(d for _, d in pairs)
         rules = tuple(rule for rule, _ in pairs)
-        return Verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules=rules)
+        return new_verdict(True, tuple(headers), 200, b"", decisions, shadow, charges, prepared.skipped, rules)
 
     def needs_finish(self, verdict: Verdict) -> bool:
         """Whether ``finish`` has anything to do for ``verdict`` (refunds configured, or leases held)."""

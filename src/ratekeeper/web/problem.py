@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from ratekeeper.decision import INFINITE, Decision
+from ratekeeper.limit import Limit
 from ratekeeper.web.headers import policy_names
 
 __all__ = [
@@ -51,15 +52,53 @@ def problem(denied: Sequence[Decision], retry_after: int | None, status: int = 4
 
 def problem_body(denied: Sequence[Decision], retry_after: int | None, status: int = 429) -> bytes:
     """``problem(...)`` as UTF-8 JSON."""
+    if retry_after is not None and len(denied) == 1:
+        # One refusing rule, the usual refusal: its body is fixed but for the retry time.
+        d = denied[0]
+        key = (d.rule, d.denied_index, status)
+        known = _one_rule_bodies.get(key)
+        if known is None or (known[0] is not d.rule_limits and known[0] != d.rule_limits):
+            known = _remember_one_rule_body(key, d)
+        seconds = str(retry_after)
+        return (known[1] + seconds + known[2] + seconds + "}").encode()
     return _body(*_refusal(denied), retry_after, status)
+
+
+_one_rule_bodies: dict[tuple[str, int, int], tuple[tuple[Limit, ...], str, str]] = {}
+"""(rule, refusing limit's index, status) -> (the rule's limits, the body before the retry
+time in ``detail``, the body between it and the final ``retry_after`` value)."""
+_MAX_ONE_RULE_BODIES = 1024  # rule names come from the rules, not from clients; a bound all the same
+
+
+def _remember_one_rule_body(key: tuple[str, int, int], decision: Decision) -> tuple[tuple[Limit, ...], str, str]:
+    """The parts of ``_body`` for a refusal by ``decision`` alone that do not change with the
+    retry time. JSON escapes a string character by character, so the detail's text around the
+    retry time (digits: never escaped) encodes as the whole detail would."""
+    violated, rule, limit = _refusal((decision,))
+    status = key[2]
+    assert rule is not None
+    dumps = json.dumps
+    head = (
+        f'{{"type":{dumps(QUOTA_EXCEEDED)},"title":{dumps(QUOTA_EXCEEDED_TITLE)},"status":{dumps(status)},'
+        f'"detail":{dumps(f"Rule {rule!r} admits {limit}; retry in ")[:-1]}'
+    )
+    middle = (
+        f'{dumps(" s.")[1:]},"violated-policies":{dumps(list(violated), separators=(",", ":"))},'
+        f'"rule":{dumps(rule)},"limit":{dumps(limit)},"retry_after":'
+    )
+    if len(_one_rule_bodies) >= _MAX_ONE_RULE_BODIES:
+        _one_rule_bodies.clear()
+    known = (decision.rule_limits, head, middle)
+    _one_rule_bodies[key] = known
+    return known
 
 
 def _refusal(denied: Sequence[Decision]) -> tuple[tuple[str, ...], str | None, str | None]:
     """The policy names of the refusing limits, and the rule that frees up last with its limit."""
     violated: list[str] = []
     for d in denied:
-        names = policy_names(d.rule, d.rule_limits)
-        violated += [names[s] for s, stats in enumerate(d.limits) if stats.denied]
+        if d.denied_index >= 0:  # the one limit of ``d.limits`` that is ``denied``
+            violated.append(policy_names(d.rule, d.rule_limits)[d.denied_index])
     main = max(denied, key=lambda d: float("inf") if d.retry_us == INFINITE else d.retry_us) if denied else None
     if main is None:
         return tuple(violated), None, None
