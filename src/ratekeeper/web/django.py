@@ -151,34 +151,6 @@ def _user_id(user: Any) -> str | None:
     return None if pk is None else str(pk)
 
 
-class _Resolved:
-    """The URL resolution of one request, done once and only if a rule needs it."""
-
-    __slots__ = ("_match", "_request")
-
-    def __init__(self, request: HttpRequest) -> None:
-        self._request = request
-        self._match: Any = False  # False: not resolved yet; None: no URL pattern matched
-
-    def match(self) -> Any:
-        if self._match is False:
-            from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
-
-            try:
-                self._match = resolve(self._request.path_info, getattr(self._request, "urlconf", None))
-            except Resolver404:
-                self._match = None
-        return self._match
-
-    def route(self) -> str | None:
-        match = self.match()
-        return None if match is None else str(match.route) or None
-
-    def path_params(self) -> Mapping[str, str]:
-        match = self.match()
-        return {} if match is None else {k: str(v) for k, v in match.kwargs.items()}
-
-
 _UNPREFIXED = frozenset({"content-type", "content-length"})
 
 
@@ -209,21 +181,55 @@ class _Headers(LazyHeaders):
         return self._request.META.get("HTTP_" + name.upper().replace("-", "_"), default)
 
 
+class _Lazy(_Headers):
+    """What the core reads of a request only when a rule needs it, in one object a
+    request: its headers (``_Headers``), its URL resolution (``route``, ``path_params``:
+    resolved once, on the first call) and its user (``user``)."""
+
+    __slots__ = ("_match",)
+
+    def __init__(self, request: HttpRequest) -> None:
+        self._request = request
+        self._all = None
+        self._match: Any = False  # False: not resolved yet; None: no URL pattern matched
+
+    def match(self) -> Any:
+        if self._match is False:
+            from django.urls import Resolver404, resolve  # type: ignore[import-untyped]
+
+            try:
+                self._match = resolve(self._request.path_info, getattr(self._request, "urlconf", None))
+            except Resolver404:
+                self._match = None
+        return self._match
+
+    def route(self) -> str | None:
+        match = self.match()
+        return None if match is None else str(match.route) or None
+
+    def path_params(self) -> Mapping[str, str]:
+        match = self.match()
+        return {} if match is None else {k: str(v) for k, v in match.kwargs.items()}
+
+    def user(self) -> str | None:
+        return _user_id(getattr(self._request, "user", None))
+
+
 def request_view(request: HttpRequest, user: str | Callable[[], str | None] | None = None) -> RequestView:
     """What the core sees of ``request``; ``user`` (a value or a callable) defaults to
     ``request.user``'s primary key, read only when a rule needs ``{user}``."""
     meta = request.META
-    resolved = _Resolved(request)
+    lazy = _Lazy(request)
     return RequestView(
         method=request.method or "GET",
         path=request.path,
         host=meta.get("HTTP_HOST") or meta.get("SERVER_NAME"),
-        headers=_Headers(request),
+        headers=lazy,
         query_string=meta.get("QUERY_STRING", ""),
         peer=meta.get("REMOTE_ADDR") or None,
-        user=user if user is not None else (lambda: _user_id(getattr(request, "user", None))),
-        route=resolved.route,
-        path_params=resolved.path_params,
+        user=user if user is not None else lazy.user,
+        route=lazy.route,
+        path_params=lazy.path_params,
         native=request,
     )
 
@@ -345,17 +351,61 @@ def _record(
 
 
 def _add_headers(response: HttpResponseBase, verdict: Verdict) -> None:
-    for name, value in verdict.headers:
-        response[name] = value
+    headers = verdict.headers
+    if not headers:
+        return
+    store = _header_store(response)
+    for name, value in headers:
+        key = _KEYS.get(name)
+        if store is not None and key is not None and value.isascii() and value.isprintable():
+            store[key] = (name, value)
+            continue
+        response[name] = value  # Django's checks: a name not seen yet, a value to encode or refuse
+        if key is None and name.isascii() and name.isprintable() and len(_KEYS) < _MAX_KEYS:
+            _KEYS[name] = name.lower()
 
 
 def _deny(verdict: Verdict) -> HttpResponseBase:
     from django.http import HttpResponse
 
     response = HttpResponse(verdict.body, status=verdict.status)
-    for name, value in verdict.headers:
-        response[name] = value
+    _add_headers(response, verdict)
     return response
+
+
+# Django's ``response[name] = value`` checks every name and value (``ResponseHeaders.
+# _convert_to_charset``: an encoding attempt and a search for line breaks each) and lower-
+# cases the name: a third of what the middleware added to an admitted request. The core's
+# names are a handful of fixed tokens and its values printable ASCII, which those checks
+# pass unchanged; so a name Django has accepted once, with a printable ASCII value, goes
+# straight into the headers' store, keyed as Django keys it. Anything else (a name not
+# seen yet, a value with a control character or beyond ASCII) goes through Django.
+
+_KEYS: dict[str, str] = {}
+"""Each header name Django accepted, to its key in ``ResponseHeaders._store`` (lower case)."""
+_MAX_KEYS = 64  # names come from the configuration, not from clients; bounded all the same
+
+_DIRECT: list[Any] = []
+"""Once found (by ``_header_store``'s probe): ``[ResponseHeaders]`` when its store is laid
+out as ``_store[name.lower()] = (name, value)`` (Django 3.2 to 5.x), ``[None]`` when not."""
+
+
+def _header_store(response: HttpResponseBase) -> dict[str, tuple[str, str]] | None:
+    """``response``'s header store when it is Django's own ``ResponseHeaders`` with the layout
+    ``_DIRECT`` describes; None: every header goes through ``response[name] = value``."""
+    if not _DIRECT:
+        from django.http.response import ResponseHeaders  # type: ignore[import-untyped]
+
+        probe = ResponseHeaders({})
+        probe["X-RateLimit-Probe"] = "1"
+        layout = getattr(probe, "_store", None)
+        _DIRECT.append(ResponseHeaders if layout == {"x-ratelimit-probe": ("X-RateLimit-Probe", "1")} else None)
+    direct = _DIRECT[0]
+    headers = response.headers
+    if direct is None or type(headers) is not direct:
+        return None
+    store: dict[str, tuple[str, str]] = headers._store
+    return store
 
 
 # The per-view decorator: django-ratelimit's ``@ratelimit`` over this library's limiters.
