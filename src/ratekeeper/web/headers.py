@@ -454,8 +454,16 @@ def _one_limit_fields(d: Decision, options: HeaderOptions, now: Callable[[], flo
     """``ratelimit_fields([d])`` and ``x_ratelimit_fields([d], ...)`` for a decision of a
     rule of one limit, as most requests have: both report that limit, with the same
     remaining count and seconds, so each is worked out once."""
-    if d.denied_index == 0:  # the limit refused: ``_limit_r`` and ``_limit_t`` say what then
-        r, t = _limit_r(d, 0), _limit_t(d, 0)
+    if d.denied_index == 0:  # the limit refused: ``_limit_r`` and ``_limit_t`` of it, inlined
+        retry_us = d.retry_us
+        if retry_us != INFINITE:
+            r = d.remaining_each[0]
+            r = r if r > 0 else 0
+            t = -(-retry_us // _US)  # ``max(1, whole_seconds(...))``
+        else:  # never admissible: say when the window is whole
+            r = 0
+            t = -(-(d.reset_us[0] or d.rule_limits[0].period_us) // _US)
+        t = t if t > 1 else 1
     else:  # the same, inlined for the limit that did not refuse (every admitted request)
         r = d.remaining_each[0]
         r = r if r > 0 else 0
@@ -529,10 +537,11 @@ def one_rule_headers(
             headers = _present(headers)
     else:
         headers = _quota_fields((decision,), options, now)
-    if not allowed:
-        retry = retry_after_seconds((decision,))
-        if retry is not None:
-            headers.append(("Retry-After", str(retry)))
+    if not allowed:  # ``retry_after_seconds((decision,))``, inlined
+        us = 0 if decision.allowed else decision.retry_us
+        if us != INFINITE:
+            us = -(-us // _US)
+            headers.append(("Retry-After", str(us if us > 1 else 1)))
     return headers
 
 
