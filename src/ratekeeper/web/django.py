@@ -246,6 +246,8 @@ class RateLimitMiddleware:
     """The core of an async chain (only then set)."""
 
     def __init__(self, get_response: GetResponse) -> None:
+        from django.http import HttpResponse
+
         self.get_response = get_response
         self.is_async = iscoroutinefunction(get_response)
         self.core: BaseRateLimitCore[Any]
@@ -254,22 +256,21 @@ class RateLimitMiddleware:
             self.core = self.async_core = AsyncRateLimitCore(**settings_options(), provides=django_provides())
         else:
             self.core = self.sync_core = RateLimitCore(**settings_options(), provides=django_provides())
+        # read once here, not on every request: the core's metrics are fixed at its start, and
+        # ``from django.http import ...`` in a function runs importlib's fromlist handling per call
+        self._metrics = self.core.metrics
+        self._response_class: type[HttpResponseBase] = HttpResponse
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
             return self._acall(request)
-        if self.core.metrics is not None:
-            self.core.metrics.request("django")
+        if self._metrics is not None:
+            self._metrics.request("django")
         view = request_view(request)
         verdict = self.sync_core.check(view)
         if not verdict.allowed:
-            return _deny(verdict)
+            return _deny(verdict, self._response_class)
         response = self.get_response(request)
-        return self._answered(verdict, view, request, response)
-
-    def _answered(
-        self, verdict: Verdict, view: RequestView, request: HttpRequest, response: HttpResponseBase
-    ) -> HttpResponseBase:
         _add_headers(response, verdict)
         if self.core.needs_finish(verdict):
             status = response.status_code
@@ -288,13 +289,13 @@ class RateLimitMiddleware:
             log.warning("ratekeeper: giving back the charges of a %d response failed", status)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
-        if self.core.metrics is not None:
-            self.core.metrics.request("django")
+        if self._metrics is not None:
+            self._metrics.request("django")
         user = await self._async_user(request) if self._needs_user(request) else None
         view = request_view(request, user)
         verdict = await self.async_core.check(view)
         if not verdict.allowed:
-            return _deny(verdict)
+            return _deny(verdict, self._response_class)
         answer: Awaitable[HttpResponseBase] = self.get_response(request)
         response = await answer
         _add_headers(response, verdict)
@@ -365,10 +366,9 @@ def _add_headers(response: HttpResponseBase, verdict: Verdict) -> None:
             _KEYS[name] = name.lower()
 
 
-def _deny(verdict: Verdict) -> HttpResponseBase:
-    from django.http import HttpResponse
-
-    response = HttpResponse(verdict.body, status=verdict.status)
+def _deny(verdict: Verdict, response_class: Callable[..., HttpResponseBase]) -> HttpResponseBase:
+    """The refusal as ``response_class`` (Django's ``HttpResponse``) answers it."""
+    response = response_class(verdict.body, status=verdict.status)
     _add_headers(response, verdict)
     return response
 
