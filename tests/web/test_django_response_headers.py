@@ -14,7 +14,7 @@ pytest.importorskip("django")
 from django.conf import settings  # type: ignore[import-untyped]
 from django.http import BadHeaderError, HttpResponse  # type: ignore[import-untyped]
 
-from ratekeeper.web.django import _add_headers
+from ratekeeper.web.django import _add_headers, _deny
 
 if not settings.configured:
     settings.configure(SECRET_KEY="ratekeeper-tests", ALLOWED_HOSTS=["*"], INSTALLED_APPS=[], DATABASES={})
@@ -89,3 +89,22 @@ def test_a_subclass_of_django_s_headers_goes_through_its_own_setitem() -> None:
     seen.clear()
     _add_headers(response, SimpleNamespace(headers=tuple(CORE)))  # type: ignore[arg-type]
     assert [name for name, _ in CORE] == seen
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        (*CORE, ("Content-Type", "application/problem+json"), ("Retry-After", "3")),  # the core's refusal
+        (("X-Denied", "yes"),),  # a deny_response naming no Content-Type: Django's default
+        (("content-type", "text/plain"), ("Retry-After", "9")),
+    ],
+)
+def test_a_refusal_is_the_response_django_builds_from_the_verdict(headers: tuple[tuple[str, str], ...]) -> None:
+    verdict = SimpleNamespace(headers=headers, body=b'{"status":429}', status=429)
+    expected = HttpResponse(verdict.body, status=verdict.status)
+    for name, value in headers:
+        expected[name] = value
+    for _ in range(2):
+        response = _deny(verdict, HttpResponse)  # type: ignore[arg-type]
+        assert (response.status_code, response.content) == (429, verdict.body)
+        assert _sent(response) == _sent(expected)

@@ -368,7 +368,11 @@ def _add_headers(response: HttpResponseBase, verdict: Verdict) -> None:
 
 def _deny(verdict: Verdict, response_class: Callable[..., HttpResponseBase]) -> HttpResponseBase:
     """The refusal as ``response_class`` (Django's ``HttpResponse``) answers it."""
-    response = response_class(verdict.body, status=verdict.status)
+    # The core's own refusal names its Content-Type: given to the constructor, it spares
+    # Django working out its default (text/html and the settings' charset), and the header
+    # loop sets the same name and value again. A ``deny_response`` may name none: Django's default.
+    content_type = PROBLEM_CONTENT_TYPE if _PROBLEM_TYPE in verdict.headers else None
+    response = response_class(verdict.body, content_type=content_type, status=verdict.status)
     _add_headers(response, verdict)
     return response
 
@@ -380,6 +384,9 @@ def _deny(verdict: Verdict, response_class: Callable[..., HttpResponseBase]) -> 
 # pass unchanged; so a name Django has accepted once, with a printable ASCII value, goes
 # straight into the headers' store, keyed as Django keys it. Anything else (a name not
 # seen yet, a value with a control character or beyond ASCII) goes through Django.
+
+_PROBLEM_TYPE = ("Content-Type", PROBLEM_CONTENT_TYPE)
+"""The Content-Type header of the core's refusals."""
 
 _KEYS: dict[str, str] = {}
 """Each header name Django accepted, to its key in ``ResponseHeaders._store`` (lower case)."""
