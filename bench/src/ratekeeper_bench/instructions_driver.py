@@ -187,6 +187,32 @@ def _django_wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
             close()
 
 
+def _check_django(case: str, app: Callable[..., Iterable[bytes]]) -> None:
+    """One request after the warm-up (in both runs, so it cancels out): the case answers as
+    it says, else counting it would measure an error page."""
+    answered: list[tuple[str, list[tuple[str, str]]]] = []
+
+    def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+        answered.append((status, headers))
+
+    environ = {
+        "REQUEST_METHOD": "GET",
+        "PATH_INFO": "/bench",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "REMOTE_ADDR": "127.0.0.1",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(b""),
+    }
+    b"".join(app(environ, start_response))
+    status, headers = answered[0]
+    expected = "429" if case == "django_429" else "200"
+    limited = any(name == "RateLimit" for name, _ in headers)
+    if not status.startswith(expected) or limited != (case != "django_bare"):
+        raise SystemExit(f"{case}: answered {status} {headers}; expected {expected}, rate-limit headers if limited")
+
+
 def run(case: str, n: int) -> None:
     """Send ``WARM`` then ``n`` requests of ``case``."""
     if case not in CASES:
@@ -210,6 +236,7 @@ def run(case: str, n: int) -> None:
     if case.startswith("django"):
         django = _django(case)
         _django_wsgi(django, WARM)
+        _check_django(case, django)
         _django_wsgi(django, n)
         return
     from ratekeeper.web import WSGIRateLimitMiddleware
