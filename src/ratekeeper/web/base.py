@@ -110,7 +110,7 @@ from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
 from ratekeeper.config.native import load_rules
 from ratekeeper.config.sources import rules_from
 from ratekeeper.config.watcher import RulesWatcher
-from ratekeeper.decision import BatchDecision, Decision
+from ratekeeper.decision import INFINITE, BatchDecision, Decision
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.keys import MAX_KEY_LENGTH, bounded_key
 from ratekeeper.limiter.limiter import Limiter
@@ -364,7 +364,10 @@ class BaseRateLimitCore(Generic[L]):
         # what ``_verdict`` makes of the transaction's refused ``try_acquire_many`` of one item
         headers = one_rule_headers(rule, decision, allowed=False, options=self.header_options)
         decisions = (decision,)
-        return self._refused(prepared, (rule,), decisions, decisions, (), headers)
+        # ``retry_after_seconds(decisions)`` of its one refusing decision
+        us = decision.retry_us
+        retry = None if us == INFINITE else max(1, -(-us // 1_000_000))
+        return self._refused(prepared, (rule,), decisions, decisions, (), headers, retry)
 
     def headers_for(self, verdicts: Sequence[Verdict]) -> list[tuple[str, str]]:
         """One set of rate-limit headers for a request admitted by several checks (the
@@ -493,7 +496,7 @@ class BaseRateLimitCore(Generic[L]):
         rules = tuple(rule for rule, _ in pairs)
         decisions = outcome.decisions[:n]
         denied = tuple(d for d in decisions if not d.allowed)
-        return self._refused(prepared, rules, decisions, denied, shadow, headers)
+        return self._refused(prepared, rules, decisions, denied, shadow, headers, retry_after_seconds(denied))
 
     def _refused(
         self,
@@ -503,10 +506,11 @@ class BaseRateLimitCore(Generic[L]):
         denied: tuple[Decision, ...],
         shadow: tuple[Decision, ...],
         headers: list[tuple[str, str]],
+        retry: int | None,
     ) -> Verdict:
         """The verdict of a refused request: ``decisions`` those of its enforced ``rules``,
         ``denied`` those of them that refused, ``headers`` their rate-limit headers
-        (``rate_limit_headers(..., allowed=False)``)."""
+        (``rate_limit_headers(..., allowed=False)``), ``retry`` ``retry_after_seconds(denied)``."""
         custom = None if self.deny_response is None else custom_denial(self.deny_response, denied)
         if custom is not None:
             status, extra, data = custom
@@ -514,7 +518,6 @@ class BaseRateLimitCore(Generic[L]):
             headers = [h for h in headers if h[0] != "Retry-After"] + extra
         else:
             headers.append(("Content-Type", PROBLEM_CONTENT_TYPE))
-            retry = retry_after_seconds(denied)
             status, data = 429, b""
             for d in denied:
                 if d.fallback == "deny":  # the store is unreachable and a rule fails closed
