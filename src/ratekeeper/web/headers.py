@@ -55,7 +55,6 @@ fields sent under one name (names compare without case, as HTTP's do).
 from __future__ import annotations
 
 import math
-import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +65,7 @@ from ratekeeper.config.problems import did_you_mean
 from ratekeeper.decision import INFINITE, Decision
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limit import Limit
+from ratekeeper.web.options import HEADER_NAME
 
 if TYPE_CHECKING:
     from ratekeeper.rule import Rule
@@ -123,9 +123,6 @@ _FIELDS: tuple[str, ...] = (
 
 MAX_NAME_LENGTH = 128
 """The longest name a field may be renamed to (servers cap a header line's length)."""
-
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-"""An HTTP field name: RFC 9110 §5.1, a ``token`` (§5.6.2)."""
 
 _RENAMABLE = {name.lower(): i for i, name in enumerate(_FIELDS)}
 _RETRY_AFTER = "retry-after"
@@ -213,7 +210,7 @@ def _new_name(field: str, value: Any) -> str | None:
         raise ConfigurationError(
             f"header_names: {field} maps to {value!r}; give a str (the name to send it under) or None to leave it out"
         )
-    if len(value) > MAX_NAME_LENGTH or _TOKEN.fullmatch(value) is None:
+    if len(value) > MAX_NAME_LENGTH or HEADER_NAME.fullmatch(value) is None:
         shown = value if len(value) <= MAX_NAME_LENGTH else value[:MAX_NAME_LENGTH] + "..."
         raise ConfigurationError(
             f"header_names: {shown!r} (for {field}) is not an HTTP field name: it must be 1 to {MAX_NAME_LENGTH} "

@@ -13,6 +13,7 @@ from ratekeeper.errors import ConfigurationError
 from ratekeeper.limit import MAX_COUNT
 
 __all__ = [
+    "HEADER_NAME",
     "MISSING_COST",
     "CostOption",
     "DenyResponse",
@@ -114,7 +115,7 @@ def custom_denial(
             raise ValueError(f"the status must be an int from 100 to 599, got {status!r}")
         headers = [(_header_text(name, "name"), _header_text(value, "value")) for name, value in extra]
         for name, _ in headers:
-            if not name or not _HEADER_NAME.fullmatch(name):
+            if not name or not HEADER_NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a header name")
         if isinstance(body, str):
             body = body.encode()
@@ -126,7 +127,8 @@ def custom_denial(
     return status, headers, bytes(body)
 
 
-_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+"""An HTTP field name: RFC 9110 §5.1, a ``token`` (§5.6.2); ``fullmatch`` it."""
 
 
 def _header_text(value: object, what: str) -> str:

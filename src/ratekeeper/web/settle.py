@@ -27,13 +27,13 @@ Everything here is pure (what to charge, what to refund); the cores run it.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.limit import MAX_COUNT
+from ratekeeper.web.options import HEADER_NAME
 
 if TYPE_CHECKING:
     from ratekeeper.web.request import Charge, RequestView, Verdict
@@ -60,7 +60,6 @@ USAGE = "ratekeeper.usage"
 """Where a request's ``Usage`` is kept: a key of the ASGI scope, the WSGI environ or
 Django's ``request.META`` (never one a client can set: those hold headers as ``HTTP_*``)."""
 
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _MAX_DIGITS = len(str(MAX_COUNT))
 
 
@@ -147,7 +146,7 @@ class CostSource:
             return  # the app's ``usage()`` meter alone
         if isinstance(value, str):
             name = value.strip().lower()
-            if not _TOKEN.fullmatch(name):
+            if not HEADER_NAME.fullmatch(name):
                 raise ConfigurationError(
                     f"{where} must be a response header name such as 'x-tokens-used', got {value!r:.80}"
                 )
