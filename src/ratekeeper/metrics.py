@@ -273,12 +273,15 @@ class Metrics:
     def charged(self, decision: Decision, cost: int, key: str | None = None) -> None:
         """Count one charge without a check: its cost, and whether it left the key in debt."""
         rule = decision.rule
-        found = self._charge_children.get(rule)
+        # Read once, as ``decided`` reads ``_children``: a child made while
+        # ``configured_rules`` swaps in a new dict goes to the old one, not the new.
+        cache = self._charge_children
+        found = cache.get(rule)
         if found is None:
             label = self._label(rule)
             found = (label, self.charged_cost.labels(label), self.debt_charges.labels(label))
             if label == rule:  # only configured (bounded) names are kept
-                self._charge_children[rule] = found
+                cache[rule] = found
         label, charged, debt = found
         applied = bool(decision.allowed)  # refused: the "deny" failure policy dropped it
         in_debt = applied and decision.remaining < 0
@@ -291,12 +294,13 @@ class Metrics:
 
     def refunded(self, rule: str, cost: int) -> None:
         """Count ``cost`` the store gave back to a key of ``rule``."""
-        found = self._refund_children.get(rule)
+        cache = self._refund_children  # read once, as in ``charged``
+        found = cache.get(rule)
         if found is None:
             label = self._label(rule)
             found = (label, self.refunded_cost.labels(label))
             if label == rule:
-                self._refund_children[rule] = found
+                cache[rule] = found
         label, refunded = found
         refunded.inc(cost)
         if self.otel is not None:
