@@ -299,9 +299,7 @@ def settlement(
     found: dict[int, int | None] = {}  # one answer per source: a callable is asked once
     out: list[tuple[Charge, int]] = []
     for charge in verdict.charges:
-        if charge.lease_id is not None or charge.rule.algorithm == "concurrency":
-            continue
-        source = option.get(charge.rule.name) if isinstance(option, Mapping) else option
+        source = _source(option, charge)
         if source is None:
             continue
         if id(source) not in found:
@@ -316,9 +314,12 @@ def settles(option: CostSource | Mapping[str, CostSource] | None, verdict: Verdi
     """Whether ``verdict`` has a charge that its response may settle."""
     if option is None:
         return False
-    for charge in verdict.charges:
-        if charge.lease_id is not None or charge.rule.algorithm == "concurrency":
-            continue
-        if not isinstance(option, Mapping) or charge.rule.name in option:
-            return True
-    return False
+    return any(_source(option, charge) is not None for charge in verdict.charges)
+
+
+def _source(option: CostSource | Mapping[str, CostSource], charge: Charge) -> CostSource | None:
+    """Where ``charge``'s real cost is read; None when it is not settled (a lease, a
+    concurrency rule, or a rule the option does not name)."""
+    if charge.lease_id is not None or charge.rule.algorithm == "concurrency":
+        return None
+    return option.get(charge.rule.name) if isinstance(option, Mapping) else option
