@@ -52,6 +52,7 @@ cost (``response_cost``: a response header, or what the view added to
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -127,6 +128,7 @@ class EndpointMatch(Match):
         return Match.match(self, method, path, host)
 
 
+@functools.lru_cache(maxsize=1024)  # asked on every routed request; the app's URL rules are few
 def path_template(url_rule: str) -> str:
     """A Werkzeug URL rule (``/items/<int:n>``) as the core's path template (``/items/{n:int}``)."""
 
