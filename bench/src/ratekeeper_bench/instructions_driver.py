@@ -98,9 +98,11 @@ def _start_response(status: str, headers: list[tuple[str, str]], exc_info: Any =
     return None
 
 
-def _wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
+def _wsgi(app: Callable[..., Iterable[bytes]], total: int, body_in: io.BytesIO | None = None) -> None:
+    """``total`` requests; ``body_in``: the ``wsgi.input`` Django reads (an empty body, never
+    read: no ``CONTENT_LENGTH``)."""
     for _ in range(total):
-        environ = {
+        environ: dict[str, Any] = {
             "REQUEST_METHOD": "GET",
             "SCRIPT_NAME": "",
             "PATH_INFO": "/bench",
@@ -114,6 +116,8 @@ def _wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
             "HTTP_ACCEPT": "*/*",
             "wsgi.url_scheme": "http",
         }
+        if body_in is not None:
+            environ["wsgi.input"] = body_in
         body = app(environ, _start_response)
         for _chunk in body:
             pass
@@ -157,34 +161,6 @@ def _django(case: str) -> Callable[..., Iterable[bytes]]:
 
     app: Callable[..., Iterable[bytes]] = get_wsgi_application()
     return app
-
-
-def _django_wsgi(app: Callable[..., Iterable[bytes]], total: int) -> None:
-    """``_wsgi``'s requests with the ``wsgi.input`` Django reads (an empty body, never read:
-    no ``CONTENT_LENGTH``); its own loop, so that the ``wsgi_*`` counts stay as they were."""
-    body_in = io.BytesIO(b"")
-    for _ in range(total):
-        environ = {
-            "REQUEST_METHOD": "GET",
-            "SCRIPT_NAME": "",
-            "PATH_INFO": "/bench",
-            "QUERY_STRING": "",
-            "SERVER_NAME": "127.0.0.1",
-            "SERVER_PORT": "8000",
-            "SERVER_PROTOCOL": "HTTP/1.1",
-            "REMOTE_ADDR": "127.0.0.1",
-            "HTTP_HOST": "127.0.0.1:8000",
-            "HTTP_USER_AGENT": "wrk",
-            "HTTP_ACCEPT": "*/*",
-            "wsgi.url_scheme": "http",
-            "wsgi.input": body_in,
-        }
-        body = app(environ, _start_response)
-        for _chunk in body:
-            pass
-        close = getattr(body, "close", None)
-        if close is not None:
-            close()
 
 
 def _check_django(case: str, app: Callable[..., Iterable[bytes]]) -> None:
@@ -235,9 +211,10 @@ def run(case: str, n: int) -> None:
         return
     if case.startswith("django"):
         django = _django(case)
-        _django_wsgi(django, WARM)
+        body_in = io.BytesIO(b"")
+        _wsgi(django, WARM, body_in)
         _check_django(case, django)
-        _django_wsgi(django, n)
+        _wsgi(django, n, body_in)
         return
     from ratekeeper.web import WSGIRateLimitMiddleware
 
