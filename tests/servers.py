@@ -37,6 +37,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ratekeeper.loadtest.process import free_port
+
 __all__ = [
     "PostgresServer",
     "RedisCluster",
@@ -73,13 +75,6 @@ def require_binary(name: str, directory: Path | None = None) -> str:
     if found is None:
         raise ServerUnavailable(f"{name} is not on PATH (install it: apt-get install redis-server redis-tools)")
     return found
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago (bound to port 0 and released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.05) -> None:

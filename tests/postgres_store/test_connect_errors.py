@@ -9,7 +9,6 @@ so its background retries stop; ``ratekeeper migrate`` says the same and exits n
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from ratekeeper import AsyncLimiter, Limiter, Rule
 from ratekeeper.cli import main
 from ratekeeper.errors import StoreError
+from ratekeeper.loadtest.process import free_port
 from ratekeeper.stores.postgres.store import PostgresStore
 from ratekeeper.stores.postgres.store_async import AsyncPostgresStore
 
@@ -27,13 +27,6 @@ TIMEOUT = 5.0
 PROMPT = 2.0
 """Within this a refusal is reported (the first attempt fails in milliseconds)."""
 RULE = Rule("connect-errors", ["5/second"])
-
-
-def free_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 CASES = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,19 +20,16 @@ from typing import Any, Self
 
 import httpx
 
+from ratekeeper.loadtest.process import free_port
+
 __all__ = ["AppServer", "free_port"]
 
 HOST = "127.0.0.1"
 TESTS_DIR = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 START_TIMEOUT = 30.0
-
-
-def free_port() -> int:
-    """A loopback port that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+BIND_ATTEMPTS = 3
+"""A port found free can still be taken before the server binds it: it then retries on another."""
 
 
 class AppServer:
@@ -59,11 +55,15 @@ class AppServer:
         self.config = config
         self.kind = kind
         self.workers = workers
-        self.port = free_port()
-        self.url = f"http://{HOST}:{self.port}"
-        self.log_path = log_dir / f"{kind}-{self.port}.log"
+        self.log_dir = log_dir
+        self._take_port()
         self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+
+    def _take_port(self) -> None:
+        self.port = free_port()
+        self.url = f"http://{HOST}:{self.port}"
+        self.log_path = self.log_dir / f"{self.kind}-{self.port}.log"
 
     def command(self) -> list[str]:
         if self.kind == "gunicorn":
@@ -99,7 +99,7 @@ class AppServer:
             ]
         raise ValueError(f"unknown server kind {self.kind!r}")
 
-    def start(self) -> Self:
+    def start(self, attempts: int = BIND_ATTEMPTS) -> Self:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), env.get("PYTHONPATH", "")) if p)
         env["RK_WEB_CONFIG"] = json.dumps(self.config)
@@ -111,6 +111,10 @@ class AppServer:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             if self.proc.poll() is not None:
+                if attempts > 1 and "in use" in self.log_tail().lower():
+                    self.proc = None
+                    self._take_port()
+                    return self.start(attempts - 1)
                 raise RuntimeError(f"{self.kind} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
