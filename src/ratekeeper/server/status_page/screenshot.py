@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -21,10 +22,16 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from ratekeeper.loadtest.process import free_port
 from ratekeeper.server.status_page.browser import open_chromium
 
 __all__ = ["main", "submit_try", "wait_for_page"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _post(url: str, doc: object) -> int:
@@ -95,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the PNG to write")
     parser.add_argument("--seconds", type=float, default=20.0, help="seconds of traffic before the picture")
     args = parser.parse_args(argv)
-    http_port, admin_port = free_port(), free_port()
+    http_port, admin_port = _free_port(), _free_port()
     url, admin = f"http://127.0.0.1:{http_port}", f"http://127.0.0.1:{admin_port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATEKEEPER_")}
     cmd = [sys.executable, "-m", "ratekeeper", "serve", "--http-port", str(http_port), "--grpc-port", "off"]
