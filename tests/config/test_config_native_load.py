@@ -209,7 +209,7 @@ def test_rules_from_a_bare_rule_and_code_warnings() -> None:
 def test_rules_from_refuses_duplicates_and_strangers() -> None:
     with pytest.raises(ConfigurationError, match="two rules are named 'r'"):
         rules_from([Rule("r", "1/s"), Rule("r", "2/s")])
-    with pytest.raises(ConfigurationError, match="must be a Rule or an HttpRule"):
+    with pytest.raises(ConfigurationError, match="must be a Rule, an HttpRule or a mapping"):
         rules_from(["1/s"])  # type: ignore[list-item]
     with pytest.raises(ConfigurationError, match="a path to a rules file"):
         rules_from(42)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ratekeeper.config.checks import (
@@ -25,7 +26,7 @@ from ratekeeper.config.checks import (
 from ratekeeper.config.model import CLIENT_ADDRESS_KEY, HttpRule, KeyTemplate, Match, PathTemplate, RuleSet
 from ratekeeper.config.problems import Problems
 from ratekeeper.config.quota_spec import check_quota
-from ratekeeper.config.yamlfile import YamlList, YamlMap, line_of, load_file, read_yaml
+from ratekeeper.config.yamlfile import YamlList, YamlMap, from_data, line_of, load_file, read_yaml
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.rule import DEFAULT_ALGORITHM
 
@@ -39,6 +40,7 @@ __all__ = [
     "load_rules",
     "parse_rules",
     "rules_of",
+    "rules_of_data",
 ]
 
 TOP_FIELDS = ("rules", "version")
@@ -71,6 +73,32 @@ def rules_of(doc: Any, problems: Problems) -> RuleSet:
         rules = _document(doc, problems)
     problems.raise_if_any()
     return RuleSet(tuple(rules), source=problems.source, warnings=tuple(problems.warnings))
+
+
+def rules_of_data(
+    data: Mapping[str, Any] | Sequence[Any], source: str = "<code>", positions: Sequence[int] = ()
+) -> RuleSet:
+    """The native form given as Python data: a mapping as a file would hold it
+    (``{"rules": [...]}``) or a list of rule mappings (``[{"name": ..., "limits": [...]}]``).
+
+    It goes through every check a file does; a problem names its rule by its index in
+    the list (``SOURCE[2]: ...``), or by ``positions[i]`` when the list given here is a
+    part of a longer one.
+    """
+    top: Mapping[str, Any] = data if isinstance(data, Mapping) else {"rules": data}
+    doc = from_data({k: v for k, v in top.items() if k != "rules"}, 0)
+    if "rules" in top:
+        raw = top["rules"]
+        doc.key_lines["rules"] = 0
+        if isinstance(raw, list | tuple):
+            at = [*positions, *range(len(positions), len(raw))]
+            entries = YamlList(from_data(entry, at[i] + 1) for i, entry in enumerate(raw))
+            entries.line = 0
+            entries.item_lines = [i + 1 for i in at[: len(raw)]]
+            doc["rules"] = entries
+        else:
+            doc["rules"] = from_data(raw, 0)
+    return rules_of(doc, Problems(source, indexed=True))
 
 
 def _document(doc: Any, problems: Problems) -> list[HttpRule]:
@@ -192,7 +220,7 @@ def _rule(entry: Any, line: int, names: dict[str, int], problems: Problems) -> H
     if rule is None or match is None:
         return None
     _warn_never(match, label, entry, problems)
-    return HttpRule(rule, match, key, cost, shadow, origin=f"{problems.source}:{line}")
+    return HttpRule(rule, match, key, cost, shadow, origin=problems.where(line))
 
 
 def _strings(value: Any, line: int, field: str, example: str, problems: Problems) -> list[tuple[str, int]] | None:

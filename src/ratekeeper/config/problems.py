@@ -32,18 +32,30 @@ class ConfigProblems(ConfigurationError):
 
 
 class Problems:
-    """The problems and warnings found in one file, each prefixed with ``FILE:LINE``."""
+    """The problems and warnings found in one file, each prefixed with ``FILE:LINE``.
 
-    def __init__(self, source: str) -> None:
+    ``indexed``: the rules were given as Python data, which has no lines; a "line" is then
+    the position of the rule (1-based, 0 for the whole) and a message reads
+    ``SOURCE[INDEX]: ...`` with the rule's index in its list.
+    """
+
+    def __init__(self, source: str, *, indexed: bool = False) -> None:
         self.source = source
+        self.indexed = indexed
         self._problems: list[tuple[int, int, str]] = []
         self.warnings: list[str] = []
 
+    def where(self, line: int) -> str:
+        """``FILE:LINE``, or ``SOURCE[INDEX]`` for rules given as data."""
+        if not self.indexed:
+            return f"{self.source}:{line}"
+        return f"{self.source}[{line - 1}]" if line > 0 else self.source
+
     def add(self, line: int, message: str) -> None:
-        self._problems.append((line, len(self._problems), f"{self.source}:{line}: {message}"))
+        self._problems.append((line, len(self._problems), f"{self.where(line)}: {message}"))
 
     def warn(self, line: int, message: str) -> None:
-        self.warnings.append(f"{self.source}:{line}: warning: {message}")
+        self.warnings.append(f"{self.where(line)}: warning: {message}")
 
     def __bool__(self) -> bool:
         return bool(self._problems)

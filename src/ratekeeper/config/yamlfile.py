@@ -18,7 +18,7 @@ problem with its line, like any other mistake in the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import yaml
@@ -32,6 +32,7 @@ __all__ = [
     "MAX_REPEATED",
     "YamlList",
     "YamlMap",
+    "from_data",
     "line_of",
     "load_file",
     "read_text",
@@ -71,6 +72,22 @@ class YamlList(list[Any]):
 
     line: int
     item_lines: list[int]
+
+
+def from_data(value: object, line: int) -> Any:
+    """Python data (dicts, lists, scalars) as the reader's values, every mapping and list
+    in it placed at ``line``: rules given in code go through the checks a file does."""
+    if isinstance(value, Mapping):
+        mapping = YamlMap((k, from_data(v, line)) for k, v in value.items())
+        mapping.line = line
+        mapping.key_lines = dict.fromkeys(mapping, line)
+        return mapping
+    if isinstance(value, list | tuple):
+        items = YamlList(from_data(v, line) for v in value)
+        items.line = line
+        items.item_lines = [line] * len(items)
+        return items
+    return value
 
 
 def line_of(value: object, default: int) -> int:

@@ -158,8 +158,12 @@ class RateLimiter:
 
     def init_app(self, app: Flask, **overrides: Any) -> None:
         """Limit ``app``'s requests and add the ``flask ratekeeper`` commands."""
-        state = app.extensions[EXTENSION] = _AppState(app, {**self.overrides, **overrides})
-        header_names(_core_options(state).get("header_names"))  # a bad mapping fails here, not at a request
+        state = _AppState(app, {**self.overrides, **overrides})
+        # Bad rules or header names fail here, at start, not as a 500 on every request.
+        where = "RateLimiter(rules=...)" if "rules" in state.overrides else "app.config['RATEKEEPER_RULES']"
+        state.rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", []), source=where))
+        header_names(_core_options(state).get("header_names"))
+        app.extensions[EXTENSION] = state
         app.before_request(self._before)
         app.after_request(self._after)
         app.cli.add_command(self._commands())
@@ -281,7 +285,7 @@ class RateLimiter:
 
     def _build(self, state: _AppState) -> RateLimitCore:
         app = state.app
-        app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
+        app_rules = state.rules
         options = _core_options(state)
         options["store"] = state.setting("store", "RATEKEEPER_STORE", "memory://")
         user_exempt = options.pop("exempt", None)
@@ -351,7 +355,7 @@ class RateLimiter:
         the decorators' rules and the app-wide rules that match its path)."""
         state = _state(app)
         route_rules = self.route_rules(app)
-        app_rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", [])))
+        app_rules = state.rules
         exempt = self.exempt_endpoints(app)
         lines: list[str] = []
         for url_rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
@@ -375,6 +379,8 @@ class _AppState:
     app: Flask
     overrides: dict[str, Any]
     core: RateLimitCore | None = None
+    rules: list[HttpRule] = field(default_factory=list)
+    """The app-wide rules (``RATEKEEPER_RULES``), read at ``init_app``."""
 
     def setting(self, option: str, config_name: str, default: Any) -> Any:
         """A keyword of the extension, else ``app.config[config_name]``, else ``default``."""

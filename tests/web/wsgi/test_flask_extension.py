@@ -16,6 +16,7 @@ from flask import Blueprint, Flask, jsonify
 
 from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.web.flask import RateLimiter, RateLimitExceeded, path_template
 from web.wsgi.flask_serving import serving
 
@@ -144,6 +145,32 @@ def test_app_config_sets_the_store_the_rules_and_the_key(store: str) -> None:
             "ratekeeper.stores.memory" if store == "memory://" else "ratekeeper.stores.redis"
         )
         assert {r.name for r in core.rules} == {"per-api-key", "data"}
+
+
+def test_app_config_rules_may_be_the_rules_files_entries_as_dicts(store: str) -> None:
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/search")
+        def search() -> str:
+            return "results"
+
+    rules = [
+        {"name": "search", "match": {"path": "/search"}, "limits": ["2/minute"], "key": "{header.x-api-key|client_ip}"}
+    ]
+    with serving(make_app(store, setup, RATEKEEPER_RULES=rules)) as client:
+        assert [client.get("/search", headers={"x-api-key": "k1"}).status_code for _ in range(3)] == [200, 200, 429]
+        assert client.get("/search", headers={"x-api-key": "k2"}).status_code == 200
+        assert client.get("/search").headers["X-RateLimit-Remaining"] == "1"  # no API key: by address
+
+
+def test_bad_app_config_rules_fail_at_init_app_not_at_each_request() -> None:
+    app = Flask(__name__)
+    app.config["RATEKEEPER_RULES"] = [{"name": "search", "limits": ["2/minut"]}]
+    with pytest.raises(ConfigurationError) as info:
+        RateLimiter(app)
+    assert "app.config['RATEKEEPER_RULES'][0]: unknown time unit 'minut'" in str(info.value)
+    assert "ratekeeper" not in app.extensions  # nothing half set up
+    with pytest.raises(ConfigurationError, match=r"RateLimiter\(rules=\.\.\.\)\[1\]: each rule must be"):
+        RateLimiter(Flask(__name__), rules=[Rule("ok", "1/s"), "5/minute"])
 
 
 def test_a_users_429_handler_answers_and_keeps_the_rate_limit_headers(store: str) -> None:
