@@ -135,3 +135,19 @@ def test_allowed_responses_carry_the_headers(rule_name: str) -> None:
     assert 200 == r.status_code
     assert {rule_name: {"r": 4, "t": 12}} == parsed(r.headers["RateLimit"])
     assert "4" == r.headers["X-RateLimit-Remaining"]
+
+
+def test_the_dependency_takes_a_rules_file_entry_as_a_dict(rule_name: str) -> None:
+    app = FastAPI()
+    per_key = RateLimit({"name": rule_name, "limits": ["2/minute"], "key": "{header.x-api-key}"})
+
+    @app.get("/search", dependencies=[Depends(per_key)])
+    async def search() -> dict[str, bool]:
+        return {"ok": True}
+
+    with serve(app) as base, httpx.Client(base_url=base, timeout=10) as client:
+        k1 = [client.get("/search", headers={"x-api-key": "k1"}).status_code for _ in range(3)]
+        k2 = client.get("/search", headers={"x-api-key": "k2"})
+    assert [200, 200, 429] == k1
+    assert 200 == k2.status_code
+    assert {rule_name: {"q": 2, "w": 60}} == parsed(k2.headers["RateLimit-Policy"])

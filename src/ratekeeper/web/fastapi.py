@@ -55,7 +55,7 @@ import gc
 import inspect
 import os
 import typing
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from typing import Any
 
 from fastapi import Depends, HTTPException, Request, Response
@@ -101,10 +101,12 @@ def install(app: Any) -> None:
     app.add_exception_handler(RateLimited, rate_limited_response)
 
 
-def _http_rules(rules: Any, key: str | Callable[[Request], str | None] | None) -> RuleSet | list[HttpRule]:
+def _http_rules(
+    rules: Any, key: str | Callable[[Request], str | None] | None
+) -> RuleSet | list[HttpRule | Mapping[str, Any]]:
     if isinstance(rules, RuleSet | str):
         return rules  # type: ignore[return-value]
-    items = [rules] if isinstance(rules, Rule | HttpRule) else list(rules)
+    items = [rules] if isinstance(rules, Rule | HttpRule | Mapping) else list(rules)  # a Mapping: one file entry
     template = KeyTemplate.parse(key if isinstance(key, str) else DEFAULT_KEY)
     return [HttpRule(item, key=template) if isinstance(item, Rule) else item for item in items]
 
@@ -116,8 +118,9 @@ FASTAPI_PROVIDES = Provides("the FastAPI dependency")
 class RateLimit:
     """A dependency that charges ``rules`` for each request of the endpoints using it.
 
-    ``rules``: a ``Rule``, an ``HttpRule``, a list of them, a ``RuleSet`` or a rules-file
-    path. ``key`` and ``cost`` as in the module docstring and ``AsyncRateLimitCore`` (``cost``:
+    ``rules``: a ``Rule``, an ``HttpRule``, a rules file's entry as a dict (``{"name":
+    "search", "limits": ["5/minute"]}``, keyed by its own ``key``, as in a file), a list of
+    them, a ``RuleSet`` or a rules-file path. ``key`` and ``cost`` as in the module docstring and ``AsyncRateLimitCore`` (``cost``:
     an int, a template such as ``"{header.x-cost}"``, or ``callable(request) -> int``).
     Share one ``AsyncLimiter`` (``limiter=``) between many dependencies to share a store
     connection pool.
