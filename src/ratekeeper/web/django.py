@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -55,6 +56,7 @@ from urllib.parse import urlsplit
 
 from asgiref.sync import AsyncToSync, async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 
+from ratekeeper.config.sources import rules_from
 from ratekeeper.decision import Decision
 from ratekeeper.errors import ConfigurationError, RateKeeperError
 from ratekeeper.keys import bounded_key
@@ -100,6 +102,8 @@ def settings_options() -> dict[str, Any]:
     base = getattr(settings, "BASE_DIR", None)
     if isinstance(rules, str) and base is not None and not Path(rules).is_absolute():
         options["rules"] = str(Path(base) / rules)
+    elif not isinstance(rules, str | os.PathLike):  # read here, so a problem names the setting
+        options["rules"] = rules_from(rules, source="settings.RATEKEEPER['rules']")
     return options
 
 

@@ -120,8 +120,9 @@ class RateLimit:
 
     ``rules``: a ``Rule``, an ``HttpRule``, a rules file's entry as a dict (``{"name":
     "search", "limits": ["5/minute"]}``, keyed by its own ``key``, as in a file), a list of
-    them, a ``RuleSet`` or a rules-file path. ``key`` and ``cost`` as in the module docstring and ``AsyncRateLimitCore`` (``cost``:
-    an int, a template such as ``"{header.x-cost}"``, or ``callable(request) -> int``).
+    them, a ``RuleSet`` or a rules-file path. ``key`` and ``cost`` as in the module
+    docstring and ``AsyncRateLimitCore`` (``cost``: an int, a template such as
+    ``"{header.x-cost}"``, or ``callable(request) -> int``).
     Share one ``AsyncLimiter`` (``limiter=``) between many dependencies to share a store
     connection pool.
     """
