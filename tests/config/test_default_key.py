@@ -85,6 +85,35 @@ def test_a_bare_rule_in_code_is_keyed_by_the_client_address_and_star_makes_it_gl
     assert everyone.key is GLOBAL_KEY
 
 
+def test_an_http_rule_in_code_takes_its_key_and_cost_as_text() -> None:
+    everyone = HttpRule(Rule("everyone", ["5/s"]), key="*")
+    assert everyone.key is GLOBAL_KEY
+    priced = HttpRule(Rule("priced", ["5/s"]), key="{header.x-api-key|client_ip}", cost="{header.x-cost}")
+    assert priced.key == KeyTemplate.parse("{header.x-api-key|client_ip}")
+    assert priced.cost == KeyTemplate.parse("{header.x-cost}")
+    assert priced.key.render(ALICE) == "10.0.0.1"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"key": 42}, "HttpRule 'r': key must be a key template text such as '{client_ip}', got 42"),
+        ({"key": "{nope}"}, "unknown request part {nope}"),
+        ({"cost": -1}, "HttpRule 'r': cost must be a whole number of at least 0"),
+        ({"cost": True}, "HttpRule 'r': cost must be a whole number of at least 0"),
+        ({"match": "/login"}, "HttpRule 'r': match must be a Match, got '/login'"),
+    ],
+)
+def test_an_http_rule_in_code_with_a_wrong_field_fails_where_it_is_built(
+    fields: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        HttpRule(Rule("r", ["5/s"]), **fields)  # type: ignore[arg-type]
+    assert message in str(info.value)
+    with pytest.raises(ConfigurationError, match="rule must be a Rule, got '5/s'"):
+        HttpRule("5/s")  # type: ignore[arg-type]
+
+
 def test_config_check_shows_the_default_and_the_global_key_plainly() -> None:
     rules = parse_rules("rules: [{name: a, key: '*', limits: [5/s]}, {name: b, limits: [5/s]}]")
     a, b = (describe_http_rule(r) for r in rules)

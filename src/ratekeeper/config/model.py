@@ -13,6 +13,7 @@ import difflib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.rule import Rule
@@ -282,6 +283,8 @@ class HttpRule:
     ``cost`` is a constant or a template whose value must read as a non-negative integer
     (``"{header.x-cost}"``); ``shadow`` rules decide and charge but never refuse and send
     no headers. ``origin`` is ``file:line`` of the rule's entry, for messages.
+    Built in code, ``key`` and ``cost`` may be given as text (``key="*"``,
+    ``key="{header.x-api-key|client_ip}"``): it is parsed as a file's would be.
     """
 
     rule: Rule
@@ -290,6 +293,39 @@ class HttpRule:
     cost: int | KeyTemplate = 1
     shadow: bool = False
     origin: str = ""
+
+    if TYPE_CHECKING:  # the constructor also takes text for key and cost (``__post_init__``)
+
+        def __init__(
+            self,
+            rule: Rule,
+            match: Match = ...,
+            key: KeyTemplate | str = ...,
+            cost: int | KeyTemplate | str = ...,
+            shadow: bool = ...,
+            origin: str = ...,
+        ) -> None: ...
+
+    def __post_init__(self) -> None:
+        # Checked here, so a rule built in code fails where it is built, not at a request.
+        where = f"HttpRule {self.rule.name!r}" if isinstance(self.rule, Rule) else "HttpRule"
+        if not isinstance(self.rule, Rule):
+            raise ConfigurationError(f"{where}: rule must be a Rule, got {self.rule!r}")
+        if not isinstance(self.match, Match):
+            raise ConfigurationError(f"{where}: match must be a Match, got {self.match!r}")
+        key: object = self.key
+        if isinstance(key, str):
+            object.__setattr__(self, "key", KeyTemplate.parse(key))
+        elif not isinstance(key, KeyTemplate):
+            raise ConfigurationError(f"{where}: key must be a key template text such as '{{client_ip}}', got {key!r}")
+        cost: object = self.cost
+        if isinstance(cost, str):
+            object.__setattr__(self, "cost", KeyTemplate.parse(cost))
+        elif isinstance(cost, bool) or not isinstance(cost, int | KeyTemplate) or (isinstance(cost, int) and cost < 0):
+            raise ConfigurationError(
+                f"{where}: cost must be a whole number of at least 0 or a template such as '{{header.x-cost}}', "
+                f"got {cost!r}"
+            )
 
     @property
     def name(self) -> str:

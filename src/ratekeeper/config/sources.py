@@ -29,7 +29,7 @@ def rules_from(obj: RulesSource, source: str = "<code>") -> RuleSet:
 
     A bare ``Rule`` becomes ``HttpRule(rule)``: it matches every request and, like a rule
     of a file without ``key``, keys each client by its address (``{client_ip}``); for one
-    budget every client shares, give ``HttpRule(rule, key=KeyTemplate.parse("*"))``.
+    budget every client shares, give ``HttpRule(rule, key="*")``.
     Two rules with one name are a ``ConfigurationError``; a file with problems
     raises ``ConfigProblems``. Rules built in code get the same redundant-limit warnings a
     file would.
