@@ -5,6 +5,7 @@ process and under gunicorn), Django (gunicorn), Starlette under uvicorn."""
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,40 @@ def test_a_key_callable_turns_the_check_off() -> None:
     rule = http_rule("per_route", "1/minute", key="{route}")
     middleware = WSGIRateLimitMiddleware(wsgi_app, rules=[rule], key=lambda view, r: view.path)
     assert middleware.core.rules.rules == (rule,)
+
+
+def test_a_cost_template_that_can_never_be_read_is_refused_at_start_too() -> None:
+    with pytest.raises(ConfigurationError) as err:
+        WSGIRateLimitMiddleware(wsgi_app, rules=[http_rule("priced", "10/minute", cost="{route}")])
+    assert (
+        "rule 'priced': its cost '{route}' needs {route}, which the WSGI middleware can never provide "
+        "(it has no router to ask which route matched), so every request would be charged 1"
+    ) in str(err.value)
+    # a key= callable builds the keys, not the costs: the cost is still checked
+    with pytest.raises(ConfigurationError, match=re.escape("its cost '{route}' needs")):
+        WSGIRateLimitMiddleware(
+            wsgi_app, rules=[http_rule("priced", "10/minute", cost="{route}")], key=lambda view, r: view.path
+        )
+
+
+def test_the_cost_option_is_checked_in_place_of_the_rules_cost() -> None:
+    with pytest.raises(ConfigurationError, match=re.escape("rule 'plain': its cost '{route}' needs {route}")):
+        WSGIRateLimitMiddleware(wsgi_app, rules=[http_rule("plain", "10/minute")], cost="{route}")
+    with pytest.raises(ConfigurationError, match=re.escape("rule 'named': its cost '{route}'")):
+        WSGIRateLimitMiddleware(wsgi_app, rules=[http_rule("named", "10/minute")], cost={"named": "{route}"})
+    # the option replaces the rule's unreadable cost: a constant, or a callable of the rule
+    # that decides every request, leaves nothing to refuse
+    rule = http_rule("priced", "10/minute", cost="{route}")
+    assert WSGIRateLimitMiddleware(wsgi_app, rules=[rule], cost=3).core.rules.rules == (rule,)
+    assert WSGIRateLimitMiddleware(wsgi_app, rules=[rule], cost={"priced": lambda view: 2}).core.rules.rules == (rule,)
+
+
+def test_a_cost_read_from_the_user_only_warns(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "ratekeeper.web"):
+        WSGIRateLimitMiddleware(wsgi_app, rules=[http_rule("priced", "10/minute", cost="{user}")])
+    (record,) = caplog.records
+    assert "its cost '{user}' needs {user}, which the WSGI middleware may not provide" in record.message
+    assert "so a request without it is charged 1" in record.message
 
 
 # -- WSGI: {user} may be missing (REMOTE_USER) ------------------------------------------------

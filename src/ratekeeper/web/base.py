@@ -282,11 +282,13 @@ class BaseRateLimitCore(Generic[L]):
         self.deny_response = options.get("deny_response")
         self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0))
         self._reported: RuleSet | None = None
-        # A key= callable builds every key itself: no template to check then.
-        self._keys = (
-            None
-            if self.key is not None
-            else KeyReport(provides if self.user is None else provides.with_part("user"), log)
+        # A key= callable builds every key itself: no key template to check then; a cost=
+        # callable may still fall back to the rule's cost.
+        self._keys = KeyReport(
+            provides if self.user is None else provides.with_part("user"),
+            log,
+            keys=self.key is None,
+            cost_of=self._cost_template,
         )
         self._stepped: RuleSet | None = None
         self._step_list: tuple[_Step, ...] = ()
@@ -315,7 +317,7 @@ class BaseRateLimitCore(Generic[L]):
     def part_missing(self, part: str, lack: Lack) -> None:
         """An integration found at a request that it cannot provide ``part`` as it hoped
         (ASGI: the scope has no ``"user"``): warn once for each rule whose key needs it."""
-        if self._keys is not None and not (part == "user" and self.user is not None):
+        if not (part == "user" and self.user is not None):
             self._keys.missing(self.rules, part, lack)
 
     def _is_shadow(self, rule: HttpRule) -> bool:
@@ -325,8 +327,7 @@ class BaseRateLimitCore(Generic[L]):
         """Tell the metrics which rules are in force (only they get a label of their own)
         and which of them are in shadow mode; refuse (at start) or log (on a reload) the
         rules whose key can never be built here."""
-        if self._keys is not None:
-            self._keys.check(ruleset, at_start=self._reported is None)
+        self._keys.check(ruleset, at_start=self._reported is None)
         self._reported = ruleset
         if self.metrics is None:
             return
@@ -464,6 +465,18 @@ class BaseRateLimitCore(Generic[L]):
             self._step_list = tuple(_Step.of(self, rule) for rule in ruleset)
             self._stepped = ruleset
         return self._step_list
+
+    def _cost_template(self, rule: HttpRule) -> object:
+        """What ``_cost`` charges ``rule`` by, when a request does not decide it: the
+        ``cost=`` option's value for it, else the rule's own ``cost``."""
+        option: Any = self.cost
+        if isinstance(option, Mapping):
+            option = option.get(rule.name)
+            if callable(option) and not isinstance(option, KeyTemplate):
+                return None  # the rule's callable decides every request
+        elif callable(option) and not isinstance(option, KeyTemplate):
+            return rule.cost  # the callable may answer None: the rule's cost then
+        return rule.cost if option is None else option
 
     def _cost(self, rule: HttpRule, view: RequestView, lookup: _Lookup) -> int | None:
         """The rule's cost for this request; None when it cannot be read from it."""

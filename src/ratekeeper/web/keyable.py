@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ratekeeper.config.model import Fallback, HttpRule, KeyTemplate
@@ -40,6 +40,10 @@ __all__ = [
     "django_user_lack",
     "unkeyable",
 ]
+
+
+CostOf = Callable[[HttpRule], object] | None
+"""The cost a rule is charged by, as the core's ``cost=`` option makes it (a template is checked)."""
 
 
 class Supply(enum.IntEnum):
@@ -112,39 +116,60 @@ NO_SCOPE_USER = Lack(
 
 @dataclass(frozen=True, slots=True)
 class Unkeyable:
-    """A rule whose key needs ``part``, which the integration provides only as ``lack`` says."""
+    """A rule whose key (or cost template: ``field``) needs ``part``, which the integration
+    provides only as ``lack`` says."""
 
     rule: HttpRule
     part: str
     """The placeholder that cannot be filled, as written: ``route`` or ``route|user``."""
     lack: Lack
+    field: str = "key"
+    """``"key"``, or ``"cost"``: a cost that cannot be read is charged as 1."""
+    cost: KeyTemplate | None = None
+    """The cost template (``field`` ``"cost"``): the rule's, or the ``cost=`` option's."""
 
     @property
     def never(self) -> bool:
         """True: the rule can never be keyed (an error); False: maybe not (a warning)."""
         return self.lack.supply is Supply.NEVER
 
+    @property
+    def template(self) -> KeyTemplate:
+        return self.cost if self.cost is not None else self.rule.key
+
     def message(self, integration: str) -> str:
         where = f"{self.rule.origin}: " if self.rule.origin else ""
-        outcome = (
-            "so the rule would limit no request" if self.never else "so the rule limits only requests that have it"
-        )
+        if self.field == "cost":
+            outcome = "so every request would be charged 1" if self.never else "so a request without it is charged 1"
+        else:
+            outcome = (
+                "so the rule would limit no request" if self.never else "so the rule limits only requests that have it"
+            )
         return (
-            f"{where}rule {self.rule.name!r}: its key {self.rule.key.source!r} needs {{{self.part}}}, "
+            f"{where}rule {self.rule.name!r}: its {self.field} {self.template.source!r} needs {{{self.part}}}, "
             f"which {integration} {'can never provide' if self.never else 'may not provide'} "
             f"({self.lack.why}), {outcome}; {self.lack.remedy}"
         )
 
 
-def unkeyable(rules: Iterable[HttpRule], provides: Provides) -> list[Unkeyable]:
-    """Each rule whose key template cannot always be built under ``provides``: its worst
-    placeholder (a ``NEVER`` before a ``MAYBE``), in the rules' order."""
+def unkeyable(
+    rules: Iterable[HttpRule], provides: Provides, *, keys: bool = True, cost_of: CostOf = None
+) -> list[Unkeyable]:
+    """Each rule whose key template (unless ``keys`` is False: a ``key=`` callable builds
+    them) or cost template cannot always be built under ``provides``: its worst placeholder
+    (a ``NEVER`` before a ``MAYBE``), in the rules' order. ``cost_of`` gives the cost
+    template a rule is charged by (the core's ``cost=`` option may replace the rule's);
+    the rule's own ``cost`` by default."""
     out: list[Unkeyable] = []
     for rule in rules:
-        found = _worst(rule.key, provides)
+        found = _worst(rule.key, provides) if keys else None
         if found is not None:
-            part, lack = found
-            out.append(Unkeyable(rule, part, lack))
+            out.append(Unkeyable(rule, *found))
+        cost = cost_of(rule) if cost_of is not None else rule.cost
+        if isinstance(cost, KeyTemplate):
+            found = _worst(cost, provides)
+            if found is not None:
+                out.append(Unkeyable(rule, *found, field="cost", cost=cost))
     return out
 
 
@@ -201,15 +226,19 @@ class KeyReport:
     each maybe-missing part warned once per rule (the same rule and key after a reload
     are not warned again)."""
 
-    def __init__(self, provides: Provides, logger: logging.Logger) -> None:
+    def __init__(
+        self, provides: Provides, logger: logging.Logger, *, keys: bool = True, cost_of: CostOf = None
+    ) -> None:
         self.provides = provides
         self._log = logger
-        self._warned: set[tuple[str, str, str]] = set()
+        self._keys = keys
+        self._cost_of = cost_of
+        self._warned: set[tuple[str, str, str, str]] = set()
 
     def check(self, rules: Iterable[HttpRule], *, at_start: bool) -> None:
         """Raise ``ConfigurationError`` (``at_start``) or log an error for each rule that
         can never be keyed; warn once for each that may not be."""
-        found = unkeyable(rules, self.provides)
+        found = unkeyable(rules, self.provides, keys=self._keys, cost_of=self._cost_of)
         never = [u.message(self.provides.integration) for u in found if u.never]
         if never and at_start:
             raise ConfigurationError("\n".join(never))
@@ -221,11 +250,12 @@ class KeyReport:
         """Found at a request: ``part`` is provided only as ``lack`` says from now on; warn
         once for each rule that needs it."""
         self.provides = self.provides.lacking(part, lack)
-        self._warn([u for u in unkeyable(rules, self.provides) if u.lack is lack])
+        found = unkeyable(rules, self.provides, keys=self._keys, cost_of=self._cost_of)
+        self._warn([u for u in found if u.lack is lack])
 
     def _warn(self, found: Iterable[Unkeyable]) -> None:
         for u in found:
-            seen = (u.rule.name, u.rule.key.source, u.part)
+            seen = (u.rule.name, u.field, u.template.source, u.part)
             if seen not in self._warned:
                 self._warned.add(seen)
                 self._log.warning("ratekeeper: %s", u.message(self.provides.integration))
