@@ -106,6 +106,28 @@ def test_a_cost_read_from_the_user_only_warns(caplog: pytest.LogCaptureFixture) 
     assert "so a request without it is charged 1" in record.message
 
 
+def test_an_exempt_keys_template_that_can_never_be_filled_is_refused_and_a_maybe_warns(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rule = http_rule("per_ip", "10/minute")
+    with pytest.raises(ConfigurationError) as err:
+        WSGIRateLimitMiddleware(wsgi_app, rules=[rule], exempt_keys={"{route}": ["/health"]})
+    assert (
+        "exempt_keys: the template '{route}' needs {route}, which the WSGI middleware can never provide "
+        "(it has no router to ask which route matched), so it would exempt no request"
+    ) in str(err.value)
+    with caplog.at_level(logging.WARNING, "ratekeeper.web"):
+        WSGIRateLimitMiddleware(wsgi_app, rules=[rule], exempt_keys={"{user}": ["monitor"]})
+    (record,) = caplog.records
+    assert (
+        "exempt_keys: the template '{user}' needs {user}, which the WSGI middleware may not provide" in record.message
+    )
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, "ratekeeper.web"):  # a user= callable provides it
+        WSGIRateLimitMiddleware(wsgi_app, rules=[rule], exempt_keys={"{user}": ["monitor"]}, user=lambda view: "u")
+    assert caplog.records == []
+
+
 # -- WSGI: {user} may be missing (REMOTE_USER) ------------------------------------------------
 
 

@@ -293,6 +293,7 @@ class BaseRateLimitCore(Generic[L]):
         self._stepped: RuleSet | None = None
         self._step_list: tuple[_Step, ...] = ()
         self._report_rules(self._source.current())
+        self._keys.check_exempt(template for template, _ in self.exempt_parts)
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}
         if unknown:
             log.warning("ratekeeper: exempt_keys names rules that are not in the rules: %s", ", ".join(sorted(unknown)))

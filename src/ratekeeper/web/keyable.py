@@ -246,6 +246,28 @@ class KeyReport:
             self._log.error("ratekeeper: %s (the rules were reloaded with it)", text)
         self._warn([u for u in found if not u.never])
 
+    def check_exempt(self, templates: Iterable[KeyTemplate]) -> None:
+        """Refuse each ``exempt_keys`` template the integration can never fill (it would
+        exempt no request); warn for one it may not fill. Called once, at start."""
+        never: list[str] = []
+        for template in templates:
+            found = _worst(template, self.provides)
+            if found is None:
+                continue
+            part, lack = found
+            bad = lack.supply is Supply.NEVER
+            text = (
+                f"exempt_keys: the template {template.source!r} needs {{{part}}}, which "
+                f"{self.provides.integration} {'can never provide' if bad else 'may not provide'} ({lack.why}), "
+                f"so it {'would exempt no request' if bad else 'exempts only requests that have it'}; {lack.remedy}"
+            )
+            if bad:
+                never.append(text)
+            else:
+                self._log.warning("ratekeeper: %s", text)
+        if never:
+            raise ConfigurationError("\n".join(never))
+
     def missing(self, rules: Iterable[HttpRule], part: str, lack: Lack) -> None:
         """Found at a request: ``part`` is provided only as ``lack`` says from now on; warn
         once for each rule that needs it."""
