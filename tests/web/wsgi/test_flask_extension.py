@@ -173,6 +173,22 @@ def test_bad_app_config_rules_fail_at_init_app_not_at_each_request() -> None:
         RateLimiter(Flask(__name__), rules=[Rule("ok", "1/s"), "5/minute"])
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"trusted_proxie": ["10.0.0.0/8"]}, "unknown option 'trusted_proxie' (did you mean 'trusted_proxies'?)"),
+        ({"trusted_proxies": ["10.0.0.0/99"]}, "trusted_proxies: '10.0.0.0/99' is not an IP network"),
+        ({"header_names": {"Nope": "x"}}, "header_names: 'Nope' is not a field ratekeeper sends"),
+    ],
+)
+def test_bad_options_fail_at_init_app(options: dict[str, Any], message: str) -> None:
+    app = Flask(__name__)
+    app.config["RATEKEEPER_OPTIONS"] = options
+    with pytest.raises(ConfigurationError) as info:
+        RateLimiter(app)
+    assert message in str(info.value)
+
+
 def test_a_users_429_handler_answers_and_keeps_the_rate_limit_headers(store: str) -> None:
     def setup(app: Flask, limiter: RateLimiter) -> None:
         @app.get("/login")
