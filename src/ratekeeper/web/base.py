@@ -108,6 +108,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar, Un
 
 from ratekeeper.config.model import HttpRule, KeyTemplate, PathTemplate, RuleSet
 from ratekeeper.config.native import load_rules
+from ratekeeper.config.problems import did_you_mean
 from ratekeeper.config.sources import rules_from
 from ratekeeper.config.watcher import RulesWatcher
 from ratekeeper.decision import INFINITE, BatchDecision, Decision
@@ -236,7 +237,12 @@ class BaseRateLimitCore(Generic[L]):
         check of rules it could never key (``ratekeeper.web.keyable``; integrations pass theirs)."""
         unknown_options = options.keys() - CoreOptions.__optional_keys__
         if unknown_options:
-            raise TypeError(f"{type(self).__name__}() got unexpected options: {', '.join(sorted(unknown_options))}")
+            accepted = sorted(CoreOptions.__optional_keys__)
+            hints = "".join(did_you_mean(name, accepted) for name in sorted(unknown_options))
+            raise TypeError(
+                f"{type(self).__name__}() got unexpected options: {', '.join(sorted(unknown_options))}{hints}; "
+                f"accepted: {', '.join(accepted)}"
+            )
         try:
             self.header_options = HeaderOptions(
                 options.get("ratelimit_headers", True),

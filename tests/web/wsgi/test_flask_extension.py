@@ -176,7 +176,10 @@ def test_bad_app_config_rules_fail_at_init_app_not_at_each_request() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"trusted_proxie": ["10.0.0.0/8"]}, "unknown option 'trusted_proxie' (did you mean 'trusted_proxies'?)"),
+        (
+            {"trusted_proxie": ["10.0.0.0/8"]},
+            "RateLimitCore() got unexpected options: trusted_proxie (did you mean 'trusted_proxies'?)",
+        ),
         ({"trusted_proxies": ["10.0.0.0/99"]}, "trusted_proxies: '10.0.0.0/99' is not an IP network"),
         ({"header_names": {"Nope": "x"}}, "header_names: 'Nope' is not a field ratekeeper sends"),
     ],
