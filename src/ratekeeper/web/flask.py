@@ -411,7 +411,8 @@ def _check_options(options: dict[str, Any]) -> None:
     each request would be a 500): a core built on a throwaway memory limiter and no rules
     checks them (the store is opened at the first request, after a forking server's fork;
     the rules are checked with the routes then)."""
-    checked = {k: v for k, v in options.items() if k != "metrics"}  # a throwaway core registers no series
+    # a throwaway core registers no metrics series, and decides with its own limiter
+    checked = {k: v for k, v in options.items() if k not in ("metrics", "limiter")}
     with Limiter(MemoryStore()) as limiter:
         try:
             RateLimitCore([], limiter=limiter, provides=FLASK_PROVIDES, **checked)
