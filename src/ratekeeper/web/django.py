@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 
 from asgiref.sync import AsyncToSync, async_to_sync, iscoroutinefunction, markcoroutinefunction, sync_to_async
 
+from ratekeeper.config.model import HttpRule
 from ratekeeper.config.sources import rules_from
 from ratekeeper.decision import Decision
 from ratekeeper.errors import ConfigurationError, RateKeeperError
@@ -264,6 +265,8 @@ class RateLimitMiddleware:
         # ``from django.http import ...`` in a function runs importlib's fromlist handling per call
         self._metrics = self.core.metrics
         self._response_class: type[HttpResponseBase] = HttpResponse
+        self._user_rules: tuple[object, tuple[HttpRule, ...]] = (None, ())
+        """(the rules in force, those of them whose key or cost reads ``{user}``)."""
 
     def __call__(self, request: HttpRequest) -> Any:
         if self.is_async:
@@ -327,13 +330,15 @@ class RateLimitMiddleware:
         loop), and only then."""
         if self.core.user is not None:
             return False
+        rules = self.core.rules
+        seen, user_rules = self._user_rules
+        if seen is not rules:  # worked out once per version of the rules, not per request
+            user_rules = tuple(r for r in rules if _reads_user(r))
+            self._user_rules = (rules, user_rules)
+        if not user_rules:
+            return False
         method, path, host = request.method or "GET", request.path, request.META.get("HTTP_HOST")
-        for rule in self.core.rules:
-            cost = rule.cost
-            needs = rule.key.needs if isinstance(cost, int) else (*rule.key.needs, *cost.needs)
-            if ("user", None) in needs and rule.match.match(method, path, host) is not None:
-                return True
-        return False
+        return any(rule.match.match(method, path, host) is not None for rule in user_rules)
 
     @staticmethod
     async def _async_user(request: HttpRequest) -> str | Callable[[], str | None]:
@@ -342,6 +347,13 @@ class RateLimitMiddleware:
             # AuthenticationMiddleware's loader; an empty id is "no user" to the core.
             return _user_id(await auser()) or ""
         return lambda: _user_id(getattr(request, "user", None))
+
+
+def _reads_user(rule: HttpRule) -> bool:
+    """Whether ``rule``'s key or cost template reads ``{user}``."""
+    cost = rule.cost
+    needs = rule.key.needs if isinstance(cost, int) else (*rule.key.needs, *cost.needs)
+    return ("user", None) in needs
 
 
 def _record(
