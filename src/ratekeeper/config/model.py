@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -351,6 +351,12 @@ class RuleSet:
 
     def __iter__(self) -> Iterator[HttpRule]:
         return iter(self.rules)
+
+    def extended(self, rules: Iterable[HttpRule]) -> RuleSet:
+        """These rules, then ``rules`` (an integration's own, such as Flask's decorators');
+        a name given twice is a ``ConfigurationError``, as in one file."""
+        more = tuple(rules)
+        return RuleSet((*self.rules, *more), self.source, self.warnings) if more else self
 
     def __len__(self) -> int:
         return len(self.rules)

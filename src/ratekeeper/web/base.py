@@ -231,10 +231,13 @@ class BaseRateLimitCore(Generic[L]):
         *,
         limiter: L | None = None,
         provides: Provides = EVERYTHING,
+        extra_rules: Sequence[HttpRule] = (),
         **options: Unpack[CoreOptions],
     ) -> None:
         """``provides``: what the integration can give key templates, for the start-time
-        check of rules it could never key (``ratekeeper.web.keyable``; integrations pass theirs)."""
+        check of rules it could never key (``ratekeeper.web.keyable``; integrations pass theirs).
+        ``extra_rules``: the integration's own rules, after ``rules`` (a file's too, through
+        its reloads)."""
         unknown_options = options.keys() - CoreOptions.__optional_keys__
         if unknown_options:
             accepted = sorted(CoreOptions.__optional_keys__)
@@ -286,7 +289,7 @@ class BaseRateLimitCore(Generic[L]):
         self.ratelimit_headers = options.get("ratelimit_headers", True)
         self.x_ratelimit_headers = options.get("x_ratelimit_headers", True)
         self.deny_response = options.get("deny_response")
-        self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0))
+        self._source = _RulesSource(rules, metrics, options.get("reload_interval", 1.0), extra_rules)
         self._reported: RuleSet | None = None
         # A key= callable builds every key itself: no key template to check then; a cost=
         # callable may still fall back to the rule's cost.
@@ -727,15 +730,21 @@ class _Lookup:
 class _RulesSource:
     """The rules in force: fixed ones given in code, or a file's through its watcher."""
 
-    def __init__(self, rules: Any, metrics: Any, interval: float) -> None:
+    def __init__(self, rules: Any, metrics: Any, interval: float, extra: Sequence[HttpRule] = ()) -> None:
+        """``extra``: rules the integration adds after the given ones (Flask's decorators'),
+        kept through every reload of a file."""
         self.fixed: RuleSet | None = None
         """The rules given in code (None: a file's, through the watcher)."""
         self._watcher: RulesWatcher[RuleSet] | None = None
         if isinstance(rules, str | os.PathLike):
             on_reload = None if metrics is None else (lambda ok, _error: metrics.reloaded(ok))
-            self._watcher = RulesWatcher(rules, loader=load_rules, interval=interval, on_reload=on_reload)
+
+            def load(path: str) -> RuleSet:
+                return load_rules(path).extended(extra)
+
+            self._watcher = RulesWatcher(rules, loader=load, interval=interval, on_reload=on_reload)
         else:
-            self.fixed = rules_from(rules)
+            self.fixed = rules_from(rules).extended(extra)
 
     def current(self) -> RuleSet:
         if self.fixed is not None:

@@ -21,7 +21,8 @@
 
 Configuration, from ``app.config`` (a keyword of the constructor or ``init_app`` wins):
 ``RATEKEEPER_STORE`` (store URL or object, ``memory://``), ``RATEKEEPER_RULES`` (app-wide
-rules: a rules file path, a ``RuleSet`` or a list of ``HttpRule`` / ``Rule``),
+rules: a rules file path, reloaded as the middleware's are, a ``RuleSet`` or a list of
+``HttpRule`` / ``Rule`` / the file's entries as dicts; read and checked at ``init_app``),
 ``RATEKEEPER_KEY`` (the key template of the decorators' limits, ``{client_ip}``, as
 flask-limiter's default), ``RATEKEEPER_HEADER_NAMES`` (the core's ``header_names``: the
 rate-limit fields under other names, checked at ``init_app``), ``RATEKEEPER_OPTIONS`` (a
@@ -53,6 +54,7 @@ cost (``response_cost``: a response header, or what the view added to
 from __future__ import annotations
 
 import functools
+import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -162,7 +164,10 @@ class RateLimiter:
         state = _AppState(app, {**self.overrides, **overrides})
         # Bad rules or header names fail here, at start, not as a 500 on every request.
         where = "RateLimiter(rules=...)" if "rules" in state.overrides else "app.config['RATEKEEPER_RULES']"
-        state.rules = list(rules_from(state.setting("rules", "RATEKEEPER_RULES", []), source=where))
+        given = state.setting("rules", "RATEKEEPER_RULES", [])
+        # a path is watched by the core (reloaded as the other integrations' files are)
+        state.watched = given if isinstance(given, str | os.PathLike) else None
+        state.rules = list(rules_from(given, source=where))
         _check_options(_core_options(state))
         app.extensions[EXTENSION] = state
         app.before_request(self._before)
@@ -286,7 +291,6 @@ class RateLimiter:
 
     def _build(self, state: _AppState) -> RateLimitCore:
         app = state.app
-        app_rules = state.rules
         options = _core_options(state)
         options["store"] = state.setting("store", "RATEKEEPER_STORE", "memory://")
         user_exempt = options.pop("exempt", None)
@@ -295,8 +299,10 @@ class RateLimiter:
         def exempt(view: Any) -> bool:
             return request.endpoint in exempt_endpoints or (user_exempt is not None and bool(user_exempt(view)))
 
-        rules = [*app_rules, *self.route_rules(app)]
-        return RateLimitCore(rules, exempt=exempt, provides=FLASK_PROVIDES, **options)
+        app_rules = state.watched if state.watched is not None else state.rules
+        return RateLimitCore(
+            app_rules, extra_rules=self.route_rules(app), exempt=exempt, provides=FLASK_PROVIDES, **options
+        )
 
     # -- one request --------------------------------------------------------------------
 
@@ -382,6 +388,8 @@ class _AppState:
     core: RateLimitCore | None = None
     rules: list[HttpRule] = field(default_factory=list)
     """The app-wide rules (``RATEKEEPER_RULES``), read at ``init_app``."""
+    watched: str | os.PathLike[str] | None = None
+    """The rules file of ``RATEKEEPER_RULES``, when it is one: the core reloads it."""
 
     def setting(self, option: str, config_name: str, default: Any) -> Any:
         """A keyword of the extension, else ``app.config[config_name]``, else ``default``."""

@@ -7,8 +7,11 @@ memory store and Redis (a prefix of its own per test).
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +21,7 @@ from ratekeeper import Rule
 from ratekeeper.config.model import HttpRule, KeyTemplate
 from ratekeeper.errors import ConfigurationError
 from ratekeeper.web.flask import RateLimiter, RateLimitExceeded, path_template
+from servers import wait_until
 from web.wsgi.flask_serving import serving
 
 
@@ -272,3 +276,47 @@ def test_options_from_app_config_reach_the_core_and_a_refund_follows_the_closed_
             closed.clear()
         assert client.get("/fail/404").status_code == 404
         assert client.get("/fail/404").status_code == 429
+
+
+def test_a_rules_file_in_app_config_is_reloaded_and_the_decorators_rules_stay(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "rules.yaml"
+
+    def write(name: str, limit: str) -> None:
+        text = f"rules:\n  - name: {name}\n    match: {{path: /a}}\n    limits: ['{limit}']\n"
+        (tmp_path / "next.yaml").write_text(text)
+        os.replace(tmp_path / "next.yaml", path)  # whole at once, as a deploy writes it
+
+    write("from_file", "1/minute")
+
+    def setup(app: Flask, limiter: RateLimiter) -> None:
+        @app.get("/a")
+        def a() -> str:
+            return "a"
+
+        @app.get("/b")
+        @limiter.limit("1/minute")
+        def b() -> str:
+            return "b"
+
+    app = make_app("memory://", setup, RATEKEEPER_RULES=str(path), RATEKEEPER_OPTIONS={"reload_interval": 0.05})
+    with serving(app) as client, caplog.at_level(logging.ERROR, "ratekeeper"):
+        assert [client.get("/a").status_code for _ in range(2)] == [200, 429]
+        assert [client.get("/b").status_code for _ in range(2)] == [200, 429]
+        core = app.extensions["ratekeeper"].core
+
+        write("from_file_v2", "2/minute")
+        wait_until(lambda: {r.name for r in core.rules} == {"from_file_v2", "b"}, 10, "the new file's rules")
+        assert [client.get("/a").status_code for _ in range(3)] == [200, 200, 429]
+        assert client.get("/b").status_code == 429  # the decorator's rule and its state are kept
+
+        write("b", "100/minute")  # the decorator's rule's name: refused, the rules in force stay
+
+        def refused() -> bool:
+            core.rules  # noqa: B018 - a look at the rules in force is what starts a reload
+            return any("two rules are named 'b'" in r.getMessage() for r in caplog.records)
+
+        wait_until(refused, 10, "the refusal of a file that names the decorator's rule")
+        assert {r.name for r in core.rules} == {"from_file_v2", "b"}
+        assert client.get("/b").status_code == 429
