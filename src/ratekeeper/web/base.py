@@ -117,10 +117,9 @@ from ratekeeper.keys import MAX_KEY_LENGTH, bounded_key
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.limiter.transaction import Entry, Outcome, Step, transaction
-from ratekeeper.web.client_ip import ClientAddress, Networks
+from ratekeeper.web.client_ip import Networks, client_address
 from ratekeeper.web.headers import (
-    HeaderOptions,
-    header_names,
+    header_options,
     one_rule_headers,
     rate_limit_headers,
     retry_after_seconds,
@@ -246,15 +245,7 @@ class BaseRateLimitCore(Generic[L]):
                 f"{type(self).__name__}() got unexpected options: {', '.join(sorted(unknown_options))}{hints}; "
                 f"accepted: {', '.join(accepted)}"
             )
-        try:
-            self.header_options = HeaderOptions(
-                options.get("ratelimit_headers", True),
-                options.get("x_ratelimit_headers", True),
-                options.get("x_ratelimit_reset", "seconds"),  # type: ignore[arg-type]
-                header_names(options.get("header_names")),
-            )
-        except ValueError as exc:
-            raise ConfigurationError(str(exc)) from None
+        self.header_options = header_options(options)
         metrics = self.metrics = options.get("metrics")
         # Optional on a metrics object (``Metrics`` has it): looked up once, not per request.
         self._decision_time: Callable[[float, bool], None] | None = getattr(metrics, "decision_time", None)
@@ -265,12 +256,7 @@ class BaseRateLimitCore(Generic[L]):
                 f"{type(self).__name__} decides with a {kind.__name__}: pass one as limiter=, "
                 f"not a {type(limiter).__name__} (asynchronous integrations take an AsyncLimiter)"
             )
-        self.client = ClientAddress(
-            Networks(options.get("trusted_proxies"), what="trusted_proxies"),
-            options.get("ipv6_prefix", 64),
-            options.get("forwarded_header", "x-forwarded-for"),
-            options.get("trusted_hops", 1),
-        )
+        self.client = client_address(options)
         self.exempt_paths = tuple(
             PathTemplate.parse(p) for p in strings(options.get("exempt_paths", ()), "exempt_paths")
         )

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ratekeeper.errors import ConfigurationError
 
@@ -39,6 +40,7 @@ __all__ = [
     "MAX_TRUSTED_HOPS",
     "ClientAddress",
     "Networks",
+    "client_address",
     "forwarded_for",
     "parse_ip",
     "x_forwarded_for",
@@ -319,3 +321,15 @@ class ClientAddress:
             return str(address)
         network = ipaddress.IPv6Network((address, self.ipv6_prefix), strict=False)
         return f"{network.network_address}/{self.ipv6_prefix}"
+
+
+def client_address(options: Mapping[str, Any]) -> ClientAddress:
+    """The ``ClientAddress`` of the web core's options (``trusted_proxies``,
+    ``ipv6_prefix``, ``forwarded_header``, ``trusted_hops``): how every integration finds
+    a request's client."""
+    return ClientAddress(
+        Networks(options.get("trusted_proxies"), what="trusted_proxies"),
+        options.get("ipv6_prefix", 64),
+        options.get("forwarded_header", "x-forwarded-for"),
+        options.get("trusted_hops", 1),
+    )

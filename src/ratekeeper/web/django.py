@@ -66,10 +66,10 @@ from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
 from ratekeeper.stores.url import open_store
 from ratekeeper.web.base import BaseRateLimitCore
-from ratekeeper.web.client_ip import ClientAddress, Networks
+from ratekeeper.web.client_ip import ClientAddress, client_address
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.headers import HeaderOptions, header_names, rate_limit_headers, retry_after_seconds
+from ratekeeper.web.headers import HeaderOptions, header_options, rate_limit_headers, retry_after_seconds
 from ratekeeper.web.keyable import Provides, django_user_lack
 from ratekeeper.web.problem import PROBLEM_CONTENT_TYPE, problem_body
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
@@ -129,15 +129,7 @@ def _decorator_headers() -> HeaderOptions:
 
     conf = getattr(settings, "RATEKEEPER", None)
     conf = conf if isinstance(conf, Mapping) else {}
-    try:
-        return HeaderOptions(
-            conf.get("ratelimit_headers", True),
-            conf.get("x_ratelimit_headers", True),
-            conf.get("x_ratelimit_reset", "seconds"),
-            header_names(_header_names_setting(settings, conf)),
-        )
-    except ValueError as exc:  # x_ratelimit_reset's
-        raise ConfigurationError(str(exc)) from None
+    return header_options({**conf, "header_names": _header_names_setting(settings, conf)})
 
 
 def django_provides() -> Provides:
@@ -524,7 +516,7 @@ def _client_address() -> ClientAddress:
     )
     client = _CLIENTS.get(spec)
     if client is None:
-        client = ClientAddress(Networks(proxies, what="trusted_proxies"), spec[3], spec[1], spec[2])
+        client = client_address(conf)
         if len(_CLIENTS) >= 16:
             _CLIENTS.clear()
         _CLIENTS[spec] = client

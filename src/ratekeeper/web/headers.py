@@ -80,6 +80,7 @@ __all__ = [
     "advertised",
     "exact_policy",
     "header_names",
+    "header_options",
     "one_rule_headers",
     "policy_names",
     "rate_limit_headers",
@@ -278,6 +279,21 @@ class HeaderOptions:
 
 
 DEFAULT_HEADERS = HeaderOptions()
+
+
+def header_options(options: Mapping[str, Any]) -> HeaderOptions:
+    """The ``HeaderOptions`` of the web core's options (``ratelimit_headers``,
+    ``x_ratelimit_headers``, ``x_ratelimit_reset``, ``header_names``); a value that cannot
+    be used is a ``ConfigurationError``."""
+    try:
+        return HeaderOptions(
+            options.get("ratelimit_headers", True),
+            options.get("x_ratelimit_headers", True),
+            options.get("x_ratelimit_reset", "seconds"),
+            header_names(options.get("header_names")),
+        )
+    except ValueError as exc:  # x_ratelimit_reset's
+        raise ConfigurationError(str(exc)) from None
 
 
 def whole_seconds(us: int) -> int:
