@@ -149,14 +149,26 @@ class ReceiveDeadline(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     timer: past it the call ends ``DEADLINE_EXCEEDED`` and its slot is free.
     """
 
+    _MAX_WRAPPED = 64
+    """Handlers kept wrapped: the service's methods are a few; past this, wrapped per call."""
+
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        # Each method's handler wrapped once, not on every call: by the handler's identity
+        # (the servicer's handlers live as long as the server), the handler kept alongside.
+        self._wrapped: dict[int, tuple[Any, Any]] = {}
 
     async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
         handler = await continuation(details)
         if handler is None or handler.request_streaming:
             return handler  # unknown methods are refused at once; streams read as they go
-        return _reading_under_deadline(handler, self.seconds)
+        found = self._wrapped.get(id(handler))
+        if found is not None and found[0] is handler:
+            return found[1]
+        wrapped = _reading_under_deadline(handler, self.seconds)
+        if len(self._wrapped) < self._MAX_WRAPPED:
+            self._wrapped[id(handler)] = (handler, wrapped)
+        return wrapped
 
 
 def _reading_under_deadline(handler: Any, seconds: float) -> Any:
