@@ -40,7 +40,7 @@ from ratekeeper.web.keyable import NO_SCOPE_USER, Provides
 from ratekeeper.web.request import LazyHeaders, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
-__all__ = ["RateLimitMiddleware", "request_view", "run_shielded", "send_verdict"]
+__all__ = ["RateLimitMiddleware", "check_scope_user", "request_view", "run_shielded", "send_verdict"]
 
 log = logging.getLogger("ratekeeper.web")
 
@@ -67,7 +67,6 @@ class RateLimitMiddleware:
         # The options are typed (``CoreOptions``), not ``**options: Any``, so that type checkers
         # check ``app.add_middleware(RateLimitMiddleware, rules=..., store=...)``.
         self.app = app
-        self._scope_checked = False  # whether the first request's scope was looked at for "user"
         self.startup_error: Exception | None = None
         try:
             self._core: AsyncRateLimitCore | None = AsyncRateLimitCore(
@@ -99,10 +98,8 @@ class RateLimitMiddleware:
         core = self._core
         if core is None:
             core = self.core  # raises the configuration's error
-        if not self._scope_checked:
-            self._scope_checked = True
-            if "user" not in scope:
-                core.part_missing("user", NO_SCOPE_USER)
+        if not core.scope_checked:
+            check_scope_user(core, scope)
         if core.metrics is not None:
             core.metrics.request("asgi")
         outer: RequestLedger | None = scope.get(LEDGER)
@@ -171,6 +168,15 @@ class RateLimitMiddleware:
             await send(message)
 
         return lifespan_send
+
+
+def check_scope_user(core: AsyncRateLimitCore, scope: Scope) -> None:
+    """At ``core``'s first request (``core.scope_checked`` is then set): when the ASGI scope
+    has no ``"user"`` (no authentication middleware before this one), warn once for each
+    rule whose key needs ``{user}``."""
+    core.scope_checked = True
+    if "user" not in scope:
+        core.part_missing("user", NO_SCOPE_USER)
 
 
 def _headers_adder(send: Send, core: AsyncRateLimitCore, verdict: Verdict, ledger: RequestLedger) -> Send:

@@ -287,6 +287,8 @@ class BaseRateLimitCore(Generic[L]):
         )
         self._stepped: RuleSet | None = None
         self._step_list: tuple[_Step, ...] = ()
+        self.scope_checked = False
+        """ASGI: whether the first request's scope was looked at for ``"user"`` (``asgi.check_scope_user``)."""
         self._report_rules(self._source.current())
         self._keys.check_exempt(template for template, _ in self.exempt_parts)
         unknown = set(self.exempt_keys) - {r.name for r in self._source.current()}

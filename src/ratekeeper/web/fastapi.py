@@ -68,10 +68,10 @@ from ratekeeper.errors import InvalidLimit
 from ratekeeper.limit import Limit
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.rule import Rule
-from ratekeeper.web.asgi import request_view, run_shielded
+from ratekeeper.web.asgi import check_scope_user, request_view, run_shielded
 from ratekeeper.web.base import LEDGER, RequestLedger
 from ratekeeper.web.core_async import AsyncRateLimitCore
-from ratekeeper.web.keyable import NO_SCOPE_USER, Provides
+from ratekeeper.web.keyable import Provides
 from ratekeeper.web.request import RequestView, Verdict
 
 __all__ = ["RateLimit", "RateLimited", "install", "limit", "rate_limited_response"]
@@ -148,13 +148,10 @@ class RateLimit:
         self.core = AsyncRateLimitCore(
             _http_rules(rules, key), store=store, limiter=limiter, provides=FASTAPI_PROVIDES, **options
         )
-        self._scope_checked = False  # whether the first request's scope was looked at for "user"
 
     async def __call__(self, request: Request, response: Response) -> AsyncIterator[Verdict]:
-        if not self._scope_checked:
-            self._scope_checked = True
-            if "user" not in request.scope:  # as the ASGI middleware: warn once per rule needing {user}
-                self.core.part_missing("user", NO_SCOPE_USER)
+        if not self.core.scope_checked:
+            check_scope_user(self.core, request.scope)
         if self.core.metrics is not None:
             self.core.metrics.request("fastapi")
         view = self.view(request)
