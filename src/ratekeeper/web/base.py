@@ -587,6 +587,12 @@ class BaseRateLimitCore(Generic[L]):
         response.status = status
         return releases, settlement(self.response_cost, verdict, response)
 
+    def give_back_failed(self, status: int) -> None:
+        """A refund or lease release after a response of ``status`` that the store failed
+        (under ``on_error="raise"``; the other policies drop it): logged, never raised into
+        the server, whose response is already on its way."""
+        log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
+
     def settle_failed(self, charge: Charge, delta: int) -> None:
         """A store error while settling: logged (and counted when the metrics can), never
         raised into the server, whose response is already on its way."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from time import perf_counter
 
+from ratekeeper.errors import RateKeeperError
 from ratekeeper.limiter.drive import drive
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.web.base import BaseRateLimitCore
@@ -51,7 +52,10 @@ class RateLimitCore(BaseRateLimitCore[Limiter]):
         if response is not None and not response.claim():
             return
         releases, settled = self.finish_plan(verdict, status, response)
-        self.give_back(releases)
+        try:
+            self.give_back(releases)
+        except RateKeeperError:  # the response is on its way: never an error for the server
+            self.give_back_failed(status)
         for charge, delta in settled:
             try:
                 if delta > 0:

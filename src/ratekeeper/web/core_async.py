@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from time import perf_counter
 
+from ratekeeper.errors import RateKeeperError
 from ratekeeper.limiter.drive_async import drive
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import BaseRateLimitCore
@@ -53,7 +54,10 @@ class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
         if response is not None and not response.claim():
             return
         releases, settled = self.finish_plan(verdict, status, response)
-        await self.give_back(releases)
+        try:
+            await self.give_back(releases)
+        except RateKeeperError:  # the response is on its way: never an error for the server
+            self.give_back_failed(status)
         for charge, delta in settled:
             try:
                 if delta > 0:

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import os
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -59,7 +58,7 @@ from asgiref.sync import AsyncToSync, async_to_sync, iscoroutinefunction, markco
 from ratekeeper.config.model import HttpRule
 from ratekeeper.config.sources import rules_from
 from ratekeeper.decision import Decision
-from ratekeeper.errors import ConfigurationError, RateKeeperError
+from ratekeeper.errors import ConfigurationError
 from ratekeeper.keys import bounded_key
 from ratekeeper.limiter.limiter import Limiter
 from ratekeeper.limiter.limiter_async import AsyncLimiter
@@ -80,7 +79,6 @@ if TYPE_CHECKING:
 
 __all__ = ["ALL", "UNSAFE", "RateLimitMiddleware", "RateLimitState", "ratelimit", "request_view", "settings_options"]
 
-log = logging.getLogger("ratekeeper.web")
 
 GetResponse = Callable[["HttpRequest"], Any]
 
@@ -276,16 +274,10 @@ class RateLimitMiddleware:
             record = _record(self.core, verdict, view, request, response)
             if record is not None and response.streaming:
                 # settled when Django closes the streamed response (also when the client went away)
-                response._resource_closers.append(lambda: self._sync_finish(verdict, status, record))
+                response._resource_closers.append(lambda: self.sync_core.finish(verdict, status, record))
             else:
-                self._sync_finish(verdict, status, record)
+                self.sync_core.finish(verdict, status, record)
         return response
-
-    def _sync_finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
-        try:
-            self.sync_core.finish(verdict, status, record)
-        except RateKeeperError:
-            log.warning("ratekeeper: giving back the charges of a %d response failed", status)
 
     async def _acall(self, request: HttpRequest) -> HttpResponseBase:
         if self._metrics is not None:
@@ -304,17 +296,11 @@ class RateLimitMiddleware:
             if record is not None and response.streaming:
                 # Django closes the response from a worker thread (sync_to_async): the
                 # settlement runs back on this event loop, where the AsyncLimiter lives.
-                finish = async_to_sync(self._async_finish)
+                finish = async_to_sync(self.async_core.finish)
                 response._resource_closers.append(lambda: finish(verdict, status, record))
             else:
-                await self._async_finish(verdict, status, record)
+                await self.async_core.finish(verdict, status, record)
         return response
-
-    async def _async_finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
-        try:
-            await self.async_core.finish(verdict, status, record)
-        except RateKeeperError:
-            log.warning("ratekeeper: giving back the charges of a %d response failed", status)
 
     def _needs_user(self, request: HttpRequest) -> bool:
         """Whether a rule that matches ``request`` reads ``{user}``: then the async path loads

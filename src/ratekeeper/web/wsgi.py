@@ -37,13 +37,11 @@ at start (``WSGI_PROVIDES``, ``ratekeeper.web.keyable``); the Flask extension kn
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from http import HTTPStatus
 from types import TracebackType
 from typing import Any
 
-from ratekeeper.errors import RateKeeperError
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.keyable import NO_ROUTER, REMOTE_USER, Provides
 from ratekeeper.web.request import RequestView, Verdict
@@ -56,7 +54,6 @@ ExcInfo = tuple[type[BaseException], BaseException, TracebackType | None] | tupl
 StartResponse = Callable[..., Callable[[bytes], object]]
 WSGIApp = Callable[[Environ, StartResponse], Iterable[bytes]]
 
-log = logging.getLogger("ratekeeper.web")
 
 # Headers that WSGI does not carry as HTTP_* variables (PEP 3333).
 _CGI_HEADERS = {"CONTENT_TYPE": "content-type", "CONTENT_LENGTH": "content-length"}
@@ -186,17 +183,9 @@ class WSGIRateLimitMiddleware:
         try:
             body = self.app(environ, start)
         except BaseException:
-            self._finish(verdict, 500, record)
+            self.core.finish(verdict, 500, record)
             raise
-        return _Finishing(body, lambda: self._finish(verdict, seen[-1] if seen else 500, record))
-
-    def _finish(self, verdict: Verdict, status: int, record: ResponseRecord | None) -> None:
-        # The response is on its way: a store that fails to take the refund must not turn
-        # it into an error. The limiter's failure policy has already been applied.
-        try:
-            self.core.finish(verdict, status, record)
-        except RateKeeperError:
-            log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
+        return _Finishing(body, lambda: self.core.finish(verdict, seen[-1] if seen else 500, record))
 
     @staticmethod
     def _deny(verdict: Verdict, start_response: StartResponse) -> list[bytes]:
