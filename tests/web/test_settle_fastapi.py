@@ -98,4 +98,7 @@ def test_limit_above_the_route_reads_the_routes_own_response(rule_name: str) -> 
         assert used(reader, rule) == 9
         for hostile in ("-3", "9" * 300, "4.5"):
             assert client.get(f"{url}/export", params={"n": hostile}).status_code == 200
-        assert used(reader, rule) == 12  # each kept its charge of 1
+        # a settlement waited for, of an amount of its own: the hostile ones settled nothing by then
+        assert client.get(f"{url}/export", params={"n": "5"}).status_code == 200
+        limiter.wait()
+        assert used(reader, rule) == 17  # 9, each hostile one kept its charge of 1, then 5

@@ -152,4 +152,7 @@ def test_flask_settles_a_streamed_response_when_it_is_closed(kind: str, rule_nam
         limiter.wait()
         assert used(limiter, r) == 21
         assert client.get(f"{url}/rows", params={"n": "-4"}).status_code == 200  # hostile: the charge stays
-        assert used(limiter, r) == 22
+        # a settlement waited for, of an amount of its own: the hostile one settled nothing by then
+        assert client.get(f"{url}/rows", params={"n": "5"}).status_code == 200
+        limiter.wait()
+        assert used(limiter, r) == 27  # 21, the hostile one's 1, then 5
