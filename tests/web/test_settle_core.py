@@ -25,6 +25,8 @@ from ratekeeper.web import RateLimitMiddleware, RequestView, Usage, usage
 from ratekeeper.web.core import RateLimitCore
 from ratekeeper.web.settle import USAGE, settled_cost
 
+from .watched import WatchedAsyncLimiter
+
 PEER = "192.0.2.1"
 
 
@@ -233,9 +235,12 @@ def test_a_bad_answer_of_the_callable_keeps_the_charge(
 ) -> None:
     r = rule(rule_name)
     core = sync_core([r], response_cost=lambda v, status, headers: answer)
+    environ: dict[str, Any] = {}
+    usage(environ).add(5)  # what the request cost when the callable's answer is not taken
     with caplog.at_level(logging.WARNING, "ratekeeper.web"):
-        settle(core, 200, [])
-    assert used(core.limiter, r) == 1
+        settle(core, 200, [], environ)
+    assert used(core.limiter, r) == 5
+    assert "response_cost's callable answered" in caplog.text
 
 
 def test_a_callable_that_raises_keeps_the_charge(rule_name: str, caplog: pytest.LogCaptureFixture) -> None:
@@ -420,7 +425,7 @@ def test_a_cancelled_app_is_settled_with_what_it_streamed(rule_name: str) -> Non
 
 def test_a_request_no_rule_limited_gets_a_meter_that_is_never_settled(rule_name: str) -> None:
     r = HttpRule(Rule(rule_name, "100/minute", "fixed_window"), key=KeyTemplate.parse("{header.x-api-key}"))
-    alimiter, _ = memory_pair()
+    alimiter = WatchedAsyncLimiter(open_store("memory://", clock=FakeClock()))
     meters: list[Usage] = []
 
     async def app(s: Any, receive: Any, send: Any) -> None:
@@ -432,3 +437,4 @@ def test_a_request_no_rule_limited_gets_a_meter_that_is_never_settled(rule_name:
 
     sent = run(RateLimitMiddleware(app, rules=[r], limiter=alimiter, response_cost="x-cost"))
     assert sent[0]["status"] == 200 and meters[0].total == 50
+    assert not alimiter.settled.acquire(blocking=False)  # nothing charged or refunded after the response
