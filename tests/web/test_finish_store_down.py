@@ -58,3 +58,25 @@ def test_async_core_logs_a_failed_refund_and_raises_nothing(
 
     asyncio.run(main())
     assert refusal_logged(caplog)
+
+
+def test_a_settlement_the_store_could_not_take_is_reported_under_the_default_policy(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Under ``on_error="allow"`` the charge of a settlement answers with the policy's
+    decision instead of raising: nothing was applied, and that is reported as a failed
+    settlement, not passed over."""
+    limiter = Limiter(redis_server.url, on_error="allow", timeout=0.5)  # the web core's default
+    core = RateLimitCore([http_rule("r", "5/minute")], limiter=limiter, response_cost="x-cost")
+    try:
+        verdict = core.check(VIEW)
+        assert verdict.allowed
+        record = core.response_record(verdict, VIEW, None)
+        assert record is not None
+        record.started(200, [("X-Cost", "5")])
+        redis_server.stop()
+        with caplog.at_level(logging.WARNING, "ratekeeper.web"):
+            core.finish(verdict, 200, record)
+    finally:
+        limiter.close()
+    assert "settling +4 for rule r after the response failed" in caplog.text

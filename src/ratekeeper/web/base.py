@@ -593,14 +593,16 @@ class BaseRateLimitCore(Generic[L]):
         the server, whose response is already on its way."""
         log.warning("ratekeeper: giving back the charges of a %d response failed", status, exc_info=True)
 
-    def settle_failed(self, charge: Charge, delta: int) -> None:
-        """A store error while settling: logged (and counted when the metrics can), never
-        raised into the server, whose response is already on its way."""
+    def settle_failed(self, charge: Charge, delta: int, exc: BaseException | None = None) -> None:
+        """A settlement the store did not take: it raised ``exc``, or (None) the failure
+        policy answered the charge in its place (``"allow"``/``"deny"``: nothing was
+        applied). Logged (and counted when the metrics can), never raised into the server,
+        whose response is already on its way."""
         log.warning(
             "ratekeeper: settling %+d for rule %s after the response failed; the request keeps what it was charged",
             delta,
             charge.rule.name,
-            exc_info=True,
+            exc_info=exc,
         )
         counted = getattr(self.metrics, "settle_failed", None)
         if counted is not None:

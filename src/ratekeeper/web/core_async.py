@@ -15,6 +15,7 @@ from ratekeeper.errors import RateKeeperError
 from ratekeeper.limiter.drive_async import drive
 from ratekeeper.limiter.limiter_async import AsyncLimiter
 from ratekeeper.web.base import BaseRateLimitCore
+from ratekeeper.web.headers import UNINFORMED
 from ratekeeper.web.request import EXEMPT, PASS, Charge, RequestView, Verdict
 from ratekeeper.web.settle import ResponseRecord
 
@@ -61,11 +62,13 @@ class AsyncRateLimitCore(BaseRateLimitCore[AsyncLimiter]):
         for charge, delta in settled:
             try:
                 if delta > 0:
-                    await self.limiter.charge(charge.rule, charge.key, delta)
+                    decision = await self.limiter.charge(charge.rule, charge.key, delta)
+                    if decision.fallback in UNINFORMED:  # the store is down: the policy's answer, not applied
+                        self.settle_failed(charge, delta)
                 else:
                     await self.limiter.refund(charge.rule, charge.key, -delta)
-            except Exception:  # noqa: BLE001 - the response is sent; a store error must not reach the server
-                self.settle_failed(charge, delta)
+            except Exception as exc:  # noqa: BLE001 - the response is sent; a store error must not reach the server
+                self.settle_failed(charge, delta, exc)
 
     async def give_back(self, charges: Iterable[Charge]) -> None:
         """Refund ``charges`` (or release their leases)."""
