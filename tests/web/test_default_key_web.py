@@ -2,7 +2,9 @@
 one budget that every client shares.
 
 The two clients connect from two loopback addresses of their own (127.0.0.2 and 127.0.0.3),
-so the servers see two real peers, with no forwarding header and no trusted proxy.
+so the servers see two real peers, with no forwarding header and no trusted proxy. The
+rules reach each app as the rules file's entries in dicts (Django: in
+``settings.RATEKEEPER["rules"]``), read by the product as a user's would be.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[AppServer
         {"name": f"per_client.{suffix}", "path": "/items/mine", "limits": ["1/minute"]},  # no key
         {"name": f"everyone.{suffix}", "path": "/items/ours", "key": "*", "limits": ["1/minute"]},
     ]
-    with AppServer(target, {"store": "memory://", "rules": rules}, tmp_path, kind=kind, name=request.param) as app:
+    config = {"store": "memory://", "rules": rules, "rules_as_dicts": True}
+    with AppServer(target, config, tmp_path, kind=kind, name=request.param) as app:
         yield app
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from ratekeeper import Rule
 from ratekeeper.config.model import CLIENT_ADDRESS_KEY, HttpRule, KeyTemplate, Match, PathTemplate
 
-__all__ = ["DENY_RESPONSES", "http_rule", "load", "metrics", "middleware_kwargs"]
+__all__ = ["DENY_RESPONSES", "http_rule", "load", "metrics", "middleware_kwargs", "native"]
 
 
 def http_rule(spec: dict[str, Any]) -> HttpRule:
@@ -35,6 +35,20 @@ def http_rule(spec: dict[str, Any]) -> HttpRule:
         cost=cost if isinstance(cost, int) else KeyTemplate.parse(cost),
         shadow=bool(spec.get("shadow", False)),
     )
+
+
+def native(spec: dict[str, Any]) -> dict[str, Any]:
+    """A test spec as the rules file's entry (``match: {path, methods}``): with
+    ``"rules_as_dicts": true`` the apps hand these to the middleware as they are (Django:
+    in ``settings.RATEKEEPER["rules"]``), for the product to read as it reads a user's."""
+    entry = {k: spec[k] for k in ("name", "limits", "key", "cost", "shadow") if k in spec}
+    entry["algorithm"] = spec.get("algorithm", "gcra")
+    match = {"path": spec["path"]} if "path" in spec else {}
+    if "methods" in spec:
+        match["methods"] = [m.upper() for m in spec["methods"]]
+    if match:
+        entry["match"] = match
+    return entry
 
 
 def load() -> dict[str, Any]:
@@ -68,7 +82,7 @@ def middleware_kwargs(config: dict[str, Any]) -> dict[str, Any]:
     ``"metrics": true`` gives it this process's ``metrics()``."""
     rules: Any = config["rules"]
     if not isinstance(rules, str):  # a path is passed through: the middleware loads the file
-        rules = [http_rule(r) for r in rules]
+        rules = [native(r) if config.get("rules_as_dicts") else http_rule(r) for r in rules]
     kwargs = {"rules": rules, "store": config.get("store", "memory://"), **config.get("options", {})}
     if "deny_response" in kwargs:
         kwargs["deny_response"] = DENY_RESPONSES[kwargs["deny_response"]]
