@@ -11,13 +11,13 @@ import pytest
 
 pytest.importorskip("django")
 
-from django.conf import settings  # type: ignore[import-untyped]
 from django.http import BadHeaderError, HttpResponse  # type: ignore[import-untyped]
 
 from ratekeeper.web.django import _add_headers, _deny
 
-if not settings.configured:
-    settings.configure(SECRET_KEY="ratekeeper-tests", ALLOWED_HOSTS=["*"], INSTALLED_APPS=[], DATABASES={})
+from .django_in_process import configure
+
+configure()
 
 CORE = [
     ("RateLimit-Policy", '"auth.token";q=20;w=60'),

@@ -15,7 +15,6 @@ import pytest
 
 django = pytest.importorskip("django")
 
-from django.conf import settings  # type: ignore[import-untyped]  # noqa: E402
 from django.core.handlers.asgi import ASGIHandler  # type: ignore[import-untyped]  # noqa: E402
 from django.core.handlers.wsgi import WSGIHandler  # type: ignore[import-untyped]  # noqa: E402
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse  # type: ignore[import-untyped]  # noqa: E402
@@ -29,6 +28,7 @@ from ratekeeper.stores.url import open_store  # noqa: E402
 from ratekeeper.testing import FakeClock  # noqa: E402
 from ratekeeper.web import usage  # noqa: E402
 
+from .django_in_process import configure  # noqa: E402
 from .uvicorn_server import serve  # noqa: E402
 from .watched import WatchedAsyncLimiter, WatchedLimiter  # noqa: E402
 from .wsgiref_server import serving, wsgiref  # noqa: E402
@@ -36,9 +36,7 @@ from .wsgiref_server import serving, wsgiref  # noqa: E402
 PEER = "127.0.0.1"
 WAIT = 10.0
 
-if not settings.configured:
-    settings.configure(SECRET_KEY="ratekeeper-tests", ALLOWED_HOSTS=["*"], INSTALLED_APPS=[], DATABASES={})
-    django.setup()
+configure()
 
 
 def stream(request: HttpRequest) -> StreamingHttpResponse:
