@@ -137,9 +137,11 @@ class CostSource:
     """Where one rule's real cost is read: a response header (``header``), a callable, or
     (neither) the app's ``usage()`` meter alone; the meter backs the other two."""
 
-    __slots__ = ("call", "header")
+    __slots__ = ("call", "header", "warned")
 
     def __init__(self, value: Any, where: str) -> None:
+        self.warned = False
+        """Whether a bad value from this source was logged (once: it repeats on every request)."""
         self.header: str | None = None
         self.call: Callable[[RequestView, int, Mapping[str, str]], Any] | None = None
         if value is True:
@@ -243,15 +245,11 @@ def settled_cost(value: object) -> int | None:
     return None
 
 
-_warned: set[str] = set()
-_WARN_LIMIT = 64
-
-
-def _warn_once(what: str, detail: str) -> None:
+def _warn_once(source: CostSource, detail: str) -> None:
     """Log a bad response cost once per source (a response header repeats on every request)."""
-    if what in _warned or len(_warned) >= _WARN_LIMIT:
+    if source.warned:
         return
-    _warned.add(what)
+    source.warned = True
     log.warning("ratekeeper: %s; the request keeps what it was charged (logged once)", detail)
 
 
@@ -269,7 +267,7 @@ def real_cost(source: CostSource, record: ResponseRecord) -> int | None:
             if cost is not None:
                 return cost
             _warn_once(
-                f"call:{id(source.call)}",
+                source,
                 f"response_cost's callable answered {answer!r:.40}, not an int from 0 to {MAX_COUNT}",
             )
     elif source.header is not None:
@@ -279,7 +277,7 @@ def real_cost(source: CostSource, record: ResponseRecord) -> int | None:
             if cost is not None:
                 return cost
             _warn_once(
-                f"header:{source.header}",
+                source,
                 f"the response's {source.header} field is {text!r:.40}, not ASCII digits up to {MAX_COUNT}",
             )
     meter = record.usage()
